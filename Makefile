@@ -1,0 +1,46 @@
+# Every target installs what it needs: the first use makes .venv and installs femlm into it.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build on this kind of machine; on a GPU box set TORCH_SPEC to the build you want (or "torch").
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.femlm-installed
+export FEMLM_MIRROR ?= $(abspath ../shared/data)
+
+.PHONY: install test test-all lint bench reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
+        reproduce-figures clean help
+
+help:
+	@echo "make install | test | test-all | lint | bench | reproduce-tiny | reproduce-table{1,2,3} | reproduce-figures"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The README's test command: everything but the tests marked slow (about 10 minutes on 2 cores).
+test: $(STAMP)
+	$(BIN)/pytest -q -m "not slow"
+
+test-all: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check femlm tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_masking.py
+	$(BIN)/python benchmarks/bench_data.py
+	$(BIN)/python benchmarks/bench_train.py
+
+reproduce-tiny: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" bash scripts/reproduce_tiny.sh
+
+reproduce-table1 reproduce-table2 reproduce-table3 reproduce-figures: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" bash scripts/reproduce_paper.sh $(subst reproduce-,,$@)
+
+clean:
+	rm -rf runs multiruns .pytest_cache .ruff_cache

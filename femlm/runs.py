@@ -1,0 +1,138 @@
+"""Run directories: one per run, never shared.
+
+Hydra chooses the directory (``hydra.run.dir`` / ``hydra.sweep.dir``, see ``conf/hydra/default.yaml``); this
+module fills it with what a reader needs to trust the numbers inside: the resolved config, the git commit
+of the code, the package versions, and ``metrics.jsonl`` (one JSON object per line, appended as the run
+goes, so any tool can read a run that is still going or was killed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from femlm.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("femlm", "torch", "transformers", "datasets", "tokenizers", "hydra-core", "omegaconf",
+            "numpy", "scikit-learn", "scipy", "wandb", "accelerate")
+RUN_MARKER = "run.json"
+
+
+def git_commit(root: Path = REPO_ROOT) -> str:
+    """The commit of the code that produced a run, with ``-dirty`` when the tree has local changes."""
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def hardware() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(),
+                            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+@dataclass
+class Run:
+    """A run's directory and its metric log. Only the main process (rank 0) writes."""
+
+    dir: Path
+    command: str
+    is_main: bool = True
+    created: bool = True  # False when continuing an earlier run (resume): never delete it on error
+    started: float = field(default_factory=time.time)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.dir / "metrics.jsonl"
+
+    def log(self, **record: Any) -> None:
+        """Append one record to ``metrics.jsonl``; non-finite floats are written as null."""
+        if not self.is_main:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        clean.setdefault("time", round(time.time() - self.started, 3))
+        with self.metrics_path.open("a") as handle:
+            handle.write(json.dumps(clean, default=_json_default) + "\n")
+
+    def write_json(self, name: str, payload: Any) -> Path:
+        """Write ``name`` in the run directory atomically (temp file + rename)."""
+        path = self.dir / name
+        if self.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(payload, indent=2, default=_json_default) + "\n")
+            os.replace(tmp, path)
+        return path
+
+    def discard(self) -> None:
+        """Remove a run directory that a failed start left behind (never an earlier run's)."""
+        if self.created and self.is_main and self.dir.exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True, resume: bool = False) -> Run:
+    """Prepare ``run_dir`` for a new run (or an explicit resume of the run already in it)."""
+    run_dir = Path(run_dir)
+    marker = run_dir / RUN_MARKER
+    if marker.exists() and not resume:
+        # Hydra picked a directory that another run already owns: refuse rather than mix two runs.
+        raise UserError(f"run directory {run_dir} already holds a run; choose another hydra.run.dir "
+                        "or pass trainer.resume=true to continue it")
+    run = Run(dir=run_dir, command=command, is_main=is_main, created=not marker.exists())
+    if not is_main:
+        return run
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"output directory {run_dir} is not writable ({err.strerror}); "
+                        "set hydra.run.dir or FEMLM_RUNS to a writable directory") from None
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    info = {"command": command, "argv": sys.argv, "git_commit": git_commit(), "packages": package_versions(),
+            "hardware": hardware(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if resume and marker.exists():
+        previous = json.loads(marker.read_text())
+        info["resumed_from"] = previous.get("resumed_from", []) + [previous.get("started")]
+    run.write_json(RUN_MARKER, info)
+    run.metrics_path.touch()
+    return run

@@ -1,0 +1,58 @@
+"""Shared fixtures: an isolated femlm environment and a way to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def mirror() -> Path:
+    """The local data mirror (../shared/data); tests that need it skip when it is absent."""
+    if not MIRROR.is_dir():
+        pytest.skip("needs the data mirror at ../shared/data")
+    return MIRROR
+
+
+@pytest.fixture
+def femlm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Runs and caches go under tmp_path; wandb never leaves the machine."""
+    env = {
+        "FEMLM_RUNS": str(tmp_path / "runs"),
+        "FEMLM_CACHE": str(tmp_path / "cache"),
+        "WANDB_MODE": "disabled",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    if MIRROR.is_dir():
+        env["FEMLM_MIRROR"] = str(MIRROR)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(femlm_env: dict[str, str], tmp_path: Path):
+    """Run `femlm ...` in a subprocess (real exit codes, real stderr)."""
+
+    def run(*args: str, timeout: float = 300, cwd: Path | None = None) -> CliResult:
+        proc = subprocess.run([sys.executable, "-m", "femlm.cli", *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=cwd or tmp_path, env={**os.environ, **femlm_env})
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return run

@@ -1,0 +1,112 @@
+"""The CLI foundation: help, composition, overrides, sweeps, validation errors and run directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from femlm.cli import COMMANDS
+
+pytestmark = pytest.mark.usefixtures("femlm_env")
+
+
+def assert_one_line_error(result, *needles: str) -> None:
+    assert result.code == 2, (result.code, result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_top_level_help_lists_every_subcommand(cli):
+    result = cli("--help")
+    assert result.code == 0
+    for name in COMMANDS:
+        assert name in result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_subcommand_help_lists_groups(cli, name):
+    result = cli(name, "--help")
+    assert result.code == 0, result.stderr
+    assert "--multirun" in result.stdout and "--dry-run" in result.stdout
+    if name in ("continual-pretrain", "pretrain-scratch"):
+        assert "masking:" in result.stdout and "fe_span" in result.stdout
+        assert "preset:" in result.stdout and "tiny" in result.stdout
+
+
+def test_cfg_job_prints_composed_choices(cli):
+    result = cli("continual-pretrain", "--cfg", "job", "domain=cs", "masking=fe_span")
+    assert result.code == 0, result.stderr
+    cfg = yaml.safe_load(result.stdout)
+    assert cfg["command"] == "continual-pretrain"
+    assert cfg["domain"]["name"] == "cs"
+    assert cfg["masking"]["name"] == "fe_span"
+    assert cfg["masking"]["granularity"] == "span"
+
+
+def test_preset_tiny_overrides_paper_defaults(cli):
+    result = cli("pretrain-scratch", "--cfg", "job", "preset=tiny")
+    cfg = yaml.safe_load(result.stdout)
+    assert cfg["model"]["name"] == "tiny" and cfg["data"]["block_size"] == 128
+    paper = yaml.safe_load(cli("pretrain-scratch", "--cfg", "job").stdout)
+    assert paper["model"]["name"] == "bert_base" and paper["data"]["block_size"] == 512
+    assert paper["trainer"]["batch_size"] == 256 and paper["trainer"]["max_steps"] == 1_000_000
+    cont = yaml.safe_load(cli("continual-pretrain", "--cfg", "job", "domain=news").stdout)
+    assert cont["trainer"]["batch_size"] == 48 and cont["trainer"]["lr"] == pytest.approx(1e-4)
+    assert cont["trainer"]["max_steps"] == 20000 and cont["masking"]["splits"] == 4
+
+
+def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path):
+    result = cli("continual-pretrain", "-m", "--dry-run", "masking.splits=2,4")
+    assert result.code == 0, result.stderr
+    sweeps = list((tmp_path / "runs" / "continual-pretrain").glob("multirun_*"))
+    assert len(sweeps) == 1
+    jobs = sorted(p for p in sweeps[0].iterdir() if p.is_dir() and p.name.isdigit())
+    assert [j.name for j in jobs] == ["0", "1"]
+    splits = sorted(yaml.safe_load((j / "config.yaml").read_text())["masking"]["splits"] for j in jobs)
+    assert splits == [2, 4]
+    for job in jobs:
+        assert (job / "plan.json").is_file() and (job / "run.json").is_file()
+
+
+def test_two_runs_get_two_directories(cli, tmp_path: Path):
+    for _ in range(2):
+        assert cli("pretrain-scratch", "--dry-run", "preset=tiny").code == 0
+    runs = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
+    assert len(runs) == 2
+    for run in runs:
+        info = yaml.safe_load((run / "run.json").read_text())
+        assert info["git_commit"] and "torch" in info["packages"]
+        assert (run / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["masking=nope"], ["masking", "fe_subword"]),
+    (["trainer.mx_steps=3"], ["mx_steps"]),
+    (["trainer.max_steps=abc"], ["trainer.max_steps", "abc"]),
+    (["masking.splits=8", "masking.ratio=0.2"], ["splits", "ratio"]),
+    (["masking.splits=0"], ["splits"]),
+    (["masking.ratio=0"], ["ratio"]),
+    (["masking.ratio=-0.1"], ["ratio"]),
+    (["domain=mars"], ["domain", "cs"]),
+    (["trainer.precision=fp8"], ["trainer.precision", "bf16"]),
+])
+def test_bad_config_is_one_line_exit_2(cli, tmp_path: Path, args, needles):
+    result = cli("continual-pretrain", "--dry-run", *args)
+    assert_one_line_error(result, *needles)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))
+
+
+def test_bad_value_in_sweep_is_caught_before_any_job(cli, tmp_path: Path):
+    result = cli("continual-pretrain", "-m", "--dry-run", "masking.splits=2,0")
+    assert_one_line_error(result, "splits")
+    assert not any((tmp_path / "runs").rglob("run.json")) if (tmp_path / "runs").exists() else True
+
+
+def test_resume_requires_a_run_directory(cli, tmp_path: Path):
+    result = cli("pretrain-scratch", "--dry-run", f"trainer.resume={tmp_path / 'nowhere'}")
+    assert_one_line_error(result, "trainer.resume")

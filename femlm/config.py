@@ -86,6 +86,8 @@ SCHEMAS: dict[str, type] = {
     "report": ReportCommandConfig,
 }
 
+ALL_SECTIONS = {f.name for schema in SCHEMAS.values() for f in fields(schema)}
+
 
 def _one_line(err: OmegaConfBaseException) -> str:
     """OmegaConf messages span lines (message, full_key, object_type); keep the key and the message."""
@@ -115,7 +117,11 @@ def _run_validators(node: Any, seen: set[int] | None = None) -> None:
 def validate(cfg: DictConfig, command: str) -> Any:
     """Check a composed config against its command's schema; return the typed object."""
     schema = SCHEMAS[command]
-    plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]) if "hydra" in cfg else cfg
+    own = {f.name for f in fields(schema)}
+    # Presets and experiments are shared by all commands, so they may set sections another command owns
+    # (the tiny preset sets `trainer` and `finetune`); drop those. Any other unknown key is an error.
+    keep = [k for k in cfg if k != "hydra" and (k in own or k not in ALL_SECTIONS)]
+    plain = OmegaConf.masked_copy(cfg, keep)
     try:
         container = OmegaConf.to_container(plain, resolve=True)
         merged = OmegaConf.merge(OmegaConf.structured(schema), container)
@@ -125,7 +131,7 @@ def validate(cfg: DictConfig, command: str) -> Any:
     if command == "continual-pretrain" and typed.init == "checkpoint" and not typed.model.name_or_path:
         raise UserError("model.name_or_path is not set: continual-pretrain starts from a checkpoint; give a "
                         "local checkpoint directory (e.g. a pretrain-scratch run's checkpoints/final) or a Hub id")
-    if typed.init not in ("scratch", "checkpoint") if hasattr(typed, "init") else False:
+    if isinstance(typed, PretrainConfig) and typed.init not in ("scratch", "checkpoint"):
         raise UserError(f"init={typed.init!r}: allowed scratch, checkpoint")
     _run_validators(typed)
     return typed

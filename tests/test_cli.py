@@ -55,7 +55,7 @@ def test_preset_tiny_overrides_paper_defaults(cli):
     paper = yaml.safe_load(cli("pretrain-scratch", "--cfg", "job").stdout)
     assert paper["model"]["name"] == "bert_base" and paper["data"]["block_size"] == 512
     assert paper["trainer"]["batch_size"] == 256 and paper["trainer"]["max_steps"] == 1_000_000
-    cont = yaml.safe_load(cli("continual-pretrain", "--cfg", "job", "domain=news").stdout)
+    cont = yaml.safe_load(cli("continual-pretrain", "--cfg", "job", "--resolve", "domain=news").stdout)
     assert cont["trainer"]["batch_size"] == 48 and cont["trainer"]["lr"] == pytest.approx(1e-4)
     assert cont["trainer"]["max_steps"] == 20000 and cont["masking"]["splits"] == 4
 
@@ -84,7 +84,7 @@ def test_two_runs_get_two_directories(cli, tmp_path: Path):
         assert (run / "metrics.jsonl").exists()
 
 
-@pytest.mark.parametrize(("args", "needles"), [
+BAD_CONFIGS = [
     (["masking=nope"], ["masking", "fe_subword"]),
     (["trainer.mx_steps=3"], ["mx_steps"]),
     (["trainer.max_steps=abc"], ["trainer.max_steps", "abc"]),
@@ -94,10 +94,27 @@ def test_two_runs_get_two_directories(cli, tmp_path: Path):
     (["masking.ratio=-0.1"], ["ratio"]),
     (["domain=mars"], ["domain", "cs"]),
     (["trainer.precision=fp8"], ["trainer.precision", "bf16"]),
-])
-def test_bad_config_is_one_line_exit_2(cli, tmp_path: Path, args, needles):
-    result = cli("continual-pretrain", "--dry-run", *args)
-    assert_one_line_error(result, *needles)
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), BAD_CONFIGS)
+def test_bad_config_is_one_line_exit_2_in_process(capsys, args, needles):
+    # In-process: the same validation path as the CLI, without a Python start-up per case.
+    from femlm.cli import _compose_all
+
+    with pytest.raises(SystemExit) as exit_info:
+        _compose_all(COMMANDS["continual-pretrain"], "continual-pretrain", args, multirun=False)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_bad_config_through_the_real_cli(cli, tmp_path: Path):
+    result = cli("continual-pretrain", "--dry-run", "masking.splits=8", "masking.ratio=0.2")
+    assert_one_line_error(result, "splits", "ratio")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))
 
 

@@ -1,0 +1,183 @@
+"""HF-compatible data collator around a :class:`Masker`, plus equal-compute batch sizing.
+
+Equal compute and the K-mask gradient (paper Eq. 5)
+----------------------------------------------------
+With ``equal_compute: true`` a batch of ``B`` rows holds ``B/K`` sequences times K masked copies, so FE-MLM
+costs the same forward/backward FLOPs as the MLM baseline with ``B`` rows. The model's loss is the usual
+token mean of the cross-entropy over all labelled positions of all rows. This equals the paper's K-mask
+gradient ``g(m_1..m_K) = 1/K * sum_k g(m_k)`` because every copy of sequence ``b`` masks exactly ``tau_b``
+tokens: copy ``k`` contributes ``T = sum_b tau_b`` labelled tokens, the same ``T`` for every ``k``, so
+
+    mean over all K*T tokens = (1/(K*T)) * sum_k sum_{tokens of copy k} loss
+                             = (1/K) * sum_k [ (1/T) * sum_{tokens of copy k} loss ]
+                             = mean over copies of the per-copy token means,
+
+and by linearity the same holds for gradients. (Across sequences the token mean weights sequence ``b`` by
+``tau_b``, exactly like the standard MLM loss, so baseline and FE share one definition of the loss.) For
+whole-word/span granularity a copy can end one word short of ``tau`` (see ``sample_word_spans``), so the
+identity is then approximate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .config import MaskingConfig, MaskingConfigError
+from .maskers import Masker, build_masker
+from .sampling import make_generator
+from .words import word_start_table
+
+# extra per-token inputs that are padded and repeated K times alongside input_ids, if the features have them
+_PASS_THROUGH = {"token_type_ids": 0}
+
+
+def sequences_per_batch(rows: int, splits: int, equal_compute: bool) -> int:
+    """How many source sequences to put in a batch of ``rows`` model rows.
+
+    ``equal_compute=True``: ``rows / splits`` sequences (each becomes ``splits`` rows) -- ``rows`` must be a
+    multiple of ``splits``. ``equal_compute=False``: ``rows`` sequences, i.e. ``rows * splits`` model rows.
+    """
+    if rows < 1 or splits < 1:
+        raise MaskingConfigError(f"rows={rows}, splits={splits} are invalid; allowed: both >= 1")
+    if not equal_compute:
+        return rows
+    if rows % splits:
+        raise MaskingConfigError(
+            f"batch rows={rows} is invalid with masking.splits={splits} and equal_compute=true; "
+            f"allowed: a multiple of {splits} (e.g. {max(splits, rows - rows % splits)})"
+        )
+    return rows // splits
+
+
+def _as_list(x: Any) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    return list(x)
+
+
+class MaskingCollator:
+    """``collator(features) -> batch``: pads dynamically, masks, returns ``B*K`` rows.
+
+    ``features``: list of dicts with ``input_ids`` (list or 1-D tensor) and optionally ``attention_mask``,
+    ``special_tokens_mask`` and ``token_type_ids``; bare id lists/tensors are accepted too.
+
+    Randomness: the masks of a call are drawn from ``make_generator(seed, step, rank, micro_step)``.
+    A trainer calls :meth:`set_step` before each optimizer step (``micro_step`` restarts at 0 and counts
+    the calls within the step), so a resumed run redraws identical masks. In plain HF use nobody calls
+    ``set_step``: ``micro_step`` is then a call counter (saved/restored by ``state_dict``). Inside a
+    DataLoader worker the counter is mapped to the global batch index ``calls * num_workers + worker_id``,
+    which keeps workers from duplicating masks and -- with the DataLoader's round-robin batch assignment --
+    reproduces the single-process masks. ``set_step`` from the main process does not reach workers' copies.
+
+    ``return_indices=False`` drops ``sequence_index``/``copy_index`` for models that reject extra kwargs.
+    """
+
+    def __init__(
+        self,
+        masker: Masker,
+        pad_token_id: int,
+        seed: int = 0,
+        pad_to_multiple_of: int | None = None,
+        return_indices: bool = True,
+    ) -> None:
+        self.masker = masker
+        self.pad_token_id = int(pad_token_id)
+        self.seed = int(seed)
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.return_indices = return_indices
+        self.step = 0
+        self.rank = 0
+        self.micro_step = 0
+
+    @classmethod
+    def from_tokenizer(
+        cls, cfg: MaskingConfig, tokenizer: Any, seed: int = 0, **kwargs: Any
+    ) -> MaskingCollator:
+        """Masker + collator from a HF tokenizer (mask/pad ids, ``len(tokenizer)``, specials, word starts)."""
+        if tokenizer.mask_token_id is None:
+            raise MaskingConfigError("tokenizer.mask_token is None; allowed: a tokenizer with a mask token")
+        word_starts = word_start_table(tokenizer) if cfg.granularity != "subword" else None
+        masker = build_masker(
+            cfg,
+            mask_token_id=tokenizer.mask_token_id,
+            vocab_size=len(tokenizer),
+            special_ids=tokenizer.all_special_ids,
+            word_starts=word_starts,
+        )
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.mask_token_id
+        return cls(masker, pad_token_id=pad, seed=seed, **kwargs)
+
+    # ------------------------------------------------------------------ RNG state
+    def set_step(self, step: int, rank: int = 0, micro_step: int = 0) -> None:
+        self.step, self.rank, self.micro_step = int(step), int(rank), int(micro_step)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"seed": self.seed, "step": self.step, "rank": self.rank, "micro_step": self.micro_step}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.seed = int(state["seed"])
+        self.set_step(state["step"], state["rank"], state["micro_step"])
+
+    def next_generator(self) -> torch.Generator:
+        """Generator for the current call; advances ``micro_step``."""
+        micro = self.micro_step
+        info = torch.utils.data.get_worker_info()
+        if info is not None:
+            micro = micro * info.num_workers + info.id
+        self.micro_step += 1
+        return make_generator(self.seed, self.step, self.rank, micro)
+
+    # ------------------------------------------------------------------ collation
+    def pad(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
+        """Right-pad ``input_ids`` (and the optional per-token fields) to the longest row."""
+        if len(features) == 0:
+            raise ValueError("MaskingCollator got an empty list of features")
+        feats = [f if isinstance(f, Mapping) else {"input_ids": f} for f in features]
+        ids = [_as_list(f["input_ids"]) for f in feats]
+        length = max(len(x) for x in ids)
+        if self.pad_to_multiple_of:
+            m = self.pad_to_multiple_of
+            length = (length + m - 1) // m * m
+        lens = [len(x) for x in ids]
+
+        def field(key: str, default: list[int] | None, fill: int, dtype: torch.dtype) -> torch.Tensor:
+            # one torch.tensor call over padded Python lists: far cheaper than a tensor copy per row
+            rows = [
+                (_as_list(f[key]) if key in f else (default or [fill]) * n) + [fill] * (length - n)
+                for f, n in zip(feats, lens, strict=True)
+            ]
+            return torch.tensor(rows, dtype=dtype)
+
+        input_ids = torch.tensor([r + [self.pad_token_id] * (length - len(r)) for r in ids], dtype=torch.long)
+        if any("attention_mask" in f for f in feats):
+            attention = field("attention_mask", [1], 0, torch.long)
+        else:
+            attention = (torch.arange(length)[None, :] < torch.tensor(lens)[:, None]).long()
+        if any("special_tokens_mask" in f for f in feats):
+            special = field("special_tokens_mask", [0], 0, torch.bool)
+        else:
+            special = torch.zeros((len(ids), length), dtype=torch.bool)
+        extra = {  # rows lacking the field get the default (token_type 0 = segment A)
+            k: field(k, [v], v, torch.long) for k, v in _PASS_THROUGH.items() if any(k in f for f in feats)
+        }
+        return {"input_ids": input_ids, "attention_mask": attention, "special_tokens_mask": special, **extra}
+
+    def __call__(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
+        padded = self.pad(features)
+        out = self.masker(
+            padded["input_ids"],
+            padded["attention_mask"],
+            self.next_generator(),
+            special_mask=padded["special_tokens_mask"],
+        )
+        k = self.masker.num_copies
+        for key in _PASS_THROUGH:
+            if key in padded:
+                out[key] = padded[key].repeat_interleave(k, dim=0)
+        if not self.return_indices:
+            out.pop("sequence_index")
+            out.pop("copy_index")
+        return out

@@ -1,0 +1,163 @@
+"""Masking configuration: one dataclass whose fields are exactly the keys of ``conf/masking/*.yaml``.
+
+The config is a plain dataclass (not a Hydra structured config) so that the masking package stays usable
+without Hydra; ``MaskingConfig.from_dict`` accepts the composed ``DictConfig``/dict and rejects unknown keys,
+so a typo in a YAML override fails loudly instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STRATEGIES = ("random", "fully_explored", "iid")
+GRANULARITIES = ("subword", "whole_word", "span")
+COUNTS = ("exact", "bernoulli")
+
+# Tolerance for ``splits * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
+_EPS = 1e-9
+
+
+class MaskingConfigError(ValueError):
+    """An invalid masking setting; the message is one line naming the key, its value and the allowed range."""
+
+
+class MaskingError(ValueError):
+    """A batch that cannot be masked as configured (e.g. a row too short for K disjoint masks)."""
+
+
+@dataclass
+class MaskingConfig:
+    """How to choose masked positions and how many masked copies to emit per sequence.
+
+    Fields (all are YAML keys):
+      name: free label used in run names and logs.
+      strategy: ``random`` (one mask per sequence, the MLM baseline), ``fully_explored`` (K disjoint masks,
+        M_FE of the paper) or ``iid`` (K independent masks that may overlap: the control isolating
+        non-overlap from merely having K copies).
+      granularity: ``subword`` (tokens), ``whole_word`` (all pieces of a word together) or ``span``
+        (SpanBERT: geometric span lengths in words).
+      ratio: masking ratio; each mask holds tau = round_half_up(ratio * n_valid) tokens, at least 1.
+      splits: K, the number of masks per sequence. For ``strategy: random`` it is forced to 1 by
+        :meth:`validate` (documented decision: the baseline has one mask, so a shared sweep override of
+        ``splits`` cannot silently turn the baseline into K-copy training).
+      count: ``exact`` (fixed-size mask set M(tau), the paper) or ``bernoulli`` (each valid token
+        independently with probability ``ratio``: Hugging Face ``DataCollatorForLanguageModeling``).
+      mask_replace_prob / random_replace_prob: of the chosen positions, the share replaced by the mask
+        token / by a uniformly random token id; the rest keep the original token (BERT's 80/10/10).
+      span_p, span_min, span_max: truncated geometric law of span lengths in words (SpanBERT: 0.2, 1, 10).
+      equal_compute: if true a batch of ``rows`` rows holds ``rows / K`` sequences times K copies
+        (same forward/backward cost as the baseline); if false every sequence of the batch gets K rows.
+    """
+
+    name: str = "mlm_subword"
+    strategy: str = "random"
+    granularity: str = "subword"
+    ratio: float = 0.15
+    splits: int = 1
+    count: str = "exact"
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    span_p: float = 0.2
+    span_min: int = 1
+    span_max: int = 10
+    equal_compute: bool = True
+
+    @property
+    def num_copies(self) -> int:
+        """K, the number of masked rows emitted per input sequence (1 for the random baseline)."""
+        return 1 if self.strategy == "random" else int(self.splits)
+
+    def validate(self) -> MaskingConfig:
+        """Check every field; force ``splits = 1`` for ``strategy: random``; return ``self`` for chaining.
+
+        Raises :class:`MaskingConfigError` with a one-line message on the first problem found.
+        """
+
+        def bad(key: str, value: Any, allowed: str) -> MaskingConfigError:
+            return MaskingConfigError(f"masking.{key}={value!r} is invalid; allowed: {allowed}")
+
+        if self.strategy not in STRATEGIES:
+            raise bad("strategy", self.strategy, " | ".join(STRATEGIES))
+        if self.granularity not in GRANULARITIES:
+            raise bad("granularity", self.granularity, " | ".join(GRANULARITIES))
+        if self.count not in COUNTS:
+            raise bad("count", self.count, " | ".join(COUNTS))
+        if isinstance(self.splits, bool) or not isinstance(self.splits, int):
+            raise bad("splits", self.splits, "an integer >= 1")
+        if self.splits < 1:
+            raise bad("splits", self.splits, "an integer >= 1")
+        if self.strategy == "random":
+            self.splits = 1
+        ratio = self.ratio
+        if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not 0.0 < ratio <= 1.0:
+            raise bad("ratio", ratio, "0 < ratio <= 1")
+        if self.splits * ratio > 1.0 + _EPS:
+            raise MaskingConfigError(
+                f"masking.splits * masking.ratio = {self.splits} * {ratio} = {self.splits * ratio:g} is invalid; "
+                "allowed: splits * ratio <= 1 (K disjoint masks of ratio*n tokens must fit in n tokens)"
+            )
+        for key in ("mask_replace_prob", "random_replace_prob"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise bad(key, value, "a probability in [0, 1]")
+        total = self.mask_replace_prob + self.random_replace_prob
+        if total > 1.0 + _EPS:
+            raise MaskingConfigError(
+                f"masking.mask_replace_prob + masking.random_replace_prob = {total:g} is invalid; allowed: sum <= 1"
+            )
+        if not isinstance(self.span_p, (int, float)) or not 0.0 < self.span_p <= 1.0:
+            raise bad("span_p", self.span_p, "0 < span_p <= 1")
+        for key in ("span_min", "span_max"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(key, value, "an integer >= 1")
+        if self.span_min > self.span_max:
+            raise MaskingConfigError(
+                f"masking.span_min={self.span_min} > masking.span_max={self.span_max} is invalid; "
+                "allowed: 1 <= span_min <= span_max"
+            )
+        if self.count == "bernoulli" and self.strategy == "fully_explored":
+            raise MaskingConfigError(
+                "masking.count='bernoulli' is invalid with masking.strategy='fully_explored'; allowed: count=exact "
+                "(disjoint masks need a fixed size tau per copy)"
+            )
+        if self.count == "bernoulli" and self.granularity != "subword":
+            raise MaskingConfigError(
+                f"masking.count='bernoulli' is invalid with masking.granularity={self.granularity!r}; "
+                "allowed: granularity=subword"
+            )
+        if not isinstance(self.equal_compute, bool):
+            raise bad("equal_compute", self.equal_compute, "true | false")
+        return self
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MaskingConfig:
+        """Build from a mapping (dict or OmegaConf ``DictConfig``); unknown keys raise MaskingConfigError."""
+        names = set(cls.field_names())
+        unknown = sorted(str(k) for k in data if k not in names)
+        if unknown:
+            raise MaskingConfigError(
+                f"masking keys {unknown} are invalid; allowed: {', '.join(cls.field_names())}"
+            )
+        return cls(**{str(k): v for k, v in data.items()})
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> MaskingConfig:
+        import yaml  # local import: PyYAML is only needed for this convenience
+
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle) or {}
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

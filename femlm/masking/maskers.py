@@ -1,0 +1,203 @@
+"""The masker: ``input_ids [B, L] -> K masked copies [B*K, L]`` with labels, pure tensor code.
+
+Row layout of the output is sequence-major: row ``b*K + k`` is copy ``k`` of input sequence ``b``
+(``sequence_index = arange(B).repeat_interleave(K)``, ``copy_index = arange(K).repeat(B)``), so the K copies
+of a sequence are adjacent and a batch can be split into micro-batches without separating them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import torch
+
+from .config import MaskingConfig, MaskingError
+from .sampling import (
+    mask_budget,
+    select_subword_bernoulli,
+    select_subword_exact,
+    select_word_level,
+    truncated_geometric_pmf,
+)
+from .words import word_ids_from_starts
+
+IGNORE_INDEX = -100  # PyTorch/HF cross-entropy ignore value: unmasked positions carry no loss
+
+
+def apply_replacement(
+    input_ids: torch.Tensor,
+    selected: torch.Tensor,
+    mask_token_id: int,
+    vocab_size: int,
+    mask_replace_prob: float,
+    random_replace_prob: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's 80/10/10 on the selected positions; returns ``(inputs, labels)`` for ``[N, L]`` tensors.
+
+    Same draws, in the same order, as HF ``torch_mask_tokens``: ``bernoulli(mask_replace_prob)`` picks the
+    [MASK] positions, ``bernoulli(random_replace_prob / (1 - mask_replace_prob))`` picks random-token positions
+    among the rest, and random ids are uniform over ``[0, vocab_size)`` (like HF's ``len(tokenizer)``).
+    Labels hold the original id at every selected position (also the 10% kept ones) and -100 elsewhere.
+    """
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    inputs = input_ids.clone()
+    shape = input_ids.shape
+    dev = generator.device
+    replaced = torch.bernoulli(torch.full(shape, float(mask_replace_prob), device=dev), generator=generator)
+    replaced = replaced.bool().to(input_ids.device) & selected
+    inputs[replaced] = mask_token_id
+    if mask_replace_prob >= 1.0 or random_replace_prob <= 0.0:
+        return inputs, labels
+    scaled = min(1.0, random_replace_prob / (1.0 - mask_replace_prob))
+    rand_pos = torch.bernoulli(torch.full(shape, scaled, device=dev), generator=generator)
+    rand_pos = rand_pos.bool().to(input_ids.device) & selected & ~replaced
+    words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
+    inputs[rand_pos] = words.to(input_ids.device)[rand_pos]
+    return inputs, labels
+
+
+class Masker:
+    """Callable implementing one :class:`MaskingConfig`; build it with :func:`build_masker`.
+
+    ``masker(input_ids, attention_mask, generator)`` returns a dict with ``input_ids``, ``attention_mask``,
+    ``labels`` (-100 where unmasked), ``sequence_index`` and ``copy_index``, each with ``B*K`` rows.
+
+    Maskable ("valid") positions: ``attention_mask == 1`` and the id is not in ``special_ids``. Specials and
+    padding are never masked and never counted in ``n_valid``.
+    """
+
+    def __init__(
+        self,
+        cfg: MaskingConfig,
+        mask_token_id: int,
+        vocab_size: int,
+        special_ids: Iterable[int] = (),
+        word_starts: torch.Tensor | None = None,
+    ) -> None:
+        self.cfg = cfg.validate()
+        self.mask_token_id = int(mask_token_id)
+        self.vocab_size = int(vocab_size)
+        self.special_ids = torch.tensor(sorted({int(i) for i in special_ids}), dtype=torch.long)
+        self.word_starts = None if word_starts is None else word_starts.bool().cpu()
+        if cfg.granularity == "span":
+            self.span_lengths, self.span_pmf = truncated_geometric_pmf(cfg.span_p, cfg.span_min, cfg.span_max)
+        else:  # whole words are spans of exactly one word; unused for sub-word granularity
+            self.span_lengths, self.span_pmf = np.array([1]), np.array([1.0])
+
+    @property
+    def num_copies(self) -> int:
+        return self.cfg.num_copies
+
+    # ------------------------------------------------------------------ pieces (public for tests/analysis)
+    def valid_mask(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        special_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """BoolTensor[B, L] of maskable positions."""
+        valid = torch.ones_like(input_ids, dtype=torch.bool)
+        if attention_mask is not None:
+            valid &= attention_mask.bool()
+        if self.special_ids.numel():
+            valid &= ~torch.isin(input_ids, self.special_ids.to(input_ids.device))
+        if special_mask is not None:
+            valid &= ~special_mask.bool()
+        return valid
+
+    def budget(self, n_valid: torch.Tensor) -> torch.Tensor:
+        """tau per row (see :func:`femlm.masking.sampling.mask_budget`)."""
+        return mask_budget(n_valid, self.cfg.ratio, self.num_copies)
+
+    def check_fits(self, n_valid: torch.Tensor, tau: torch.Tensor) -> None:
+        """K > 1 copies need ``n_valid >= K * max(1, tau)``; never silently overlap or drop copies."""
+        k = self.num_copies
+        if k == 1 or self.cfg.count == "bernoulli":
+            return
+        bad = (n_valid < k * tau.clamp(min=1)).nonzero().flatten()
+        if bad.numel():
+            row = int(bad[0])
+            raise MaskingError(
+                f"row {row} has n_valid={int(n_valid[row])} maskable tokens (specials/padding excluded) but "
+                f"strategy={self.cfg.strategy} with splits K={k} needs at least K*max(1,tau)={k * max(1, int(tau[row]))} "
+                f"({bad.numel()} row(s) too short); drop or pack short sequences, or lower masking.splits"
+            )
+
+    def select(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        generator: torch.Generator,
+        special_mask: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """BoolTensor[B, K, L]: which positions each copy masks (no replacement applied)."""
+        cfg = self.cfg
+        k = self.num_copies
+        valid = self.valid_mask(input_ids, attention_mask, special_mask)
+        if cfg.count == "bernoulli":
+            return select_subword_bernoulli(valid, cfg.ratio, k, generator)
+        n_valid = valid.sum(dim=1)
+        tau = self.budget(n_valid)
+        self.check_fits(n_valid, tau)
+        if cfg.granularity == "subword":
+            return select_subword_exact(valid, tau, k, cfg.strategy, generator)
+        if word_ids is None:
+            word_ids = word_ids_from_starts(input_ids, self.word_starts, ~valid)
+        return select_word_level(
+            word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator
+        )
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        special_mask: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Mask a batch. ``generator=None`` falls back to torch's global generator (not reproducible)."""
+        if input_ids.dim() != 2:
+            raise MaskingError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+        input_ids = input_ids.long()
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        gen = generator if generator is not None else torch.default_generator
+        sel = self.select(input_ids, attention_mask, gen, special_mask, word_ids)
+        bsz, k, length = sel.shape
+        ids = input_ids.repeat_interleave(k, dim=0)
+        inputs, labels = apply_replacement(
+            ids,
+            sel.reshape(bsz * k, length),
+            self.mask_token_id,
+            self.vocab_size,
+            self.cfg.mask_replace_prob,
+            self.cfg.random_replace_prob,
+            gen,
+        )
+        device = input_ids.device
+        return {
+            "input_ids": inputs,
+            "attention_mask": attention_mask.repeat_interleave(k, dim=0),
+            "labels": labels,
+            "sequence_index": torch.arange(bsz, device=device).repeat_interleave(k),
+            "copy_index": torch.arange(k, device=device).repeat(bsz),
+        }
+
+    def __repr__(self) -> str:
+        return f"Masker({self.cfg.name}: {self.cfg.strategy}/{self.cfg.granularity}, K={self.num_copies})"
+
+
+def build_masker(
+    cfg: MaskingConfig,
+    mask_token_id: int,
+    vocab_size: int,
+    special_ids: Iterable[int] = (),
+    word_starts: torch.Tensor | None = None,
+) -> Masker:
+    """Validate ``cfg`` and return the masker. ``word_starts`` (from :func:`word_start_table`) is needed for
+    real whole-word/span masking; without it every token counts as a word."""
+    return Masker(cfg, mask_token_id, vocab_size, special_ids, word_starts)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 import yaml
@@ -213,7 +213,7 @@ def _task(name: str, command: Command) -> Callable[[Any], Any]:
     return task
 
 
-def dispatch(name: str, args: list[str], multirun: bool = False, cfg: Optional[str] = None,
+def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None = None,
              dry_run: bool = False) -> None:
     import hydra
 
@@ -244,7 +244,7 @@ def _register(name: str, command: Command) -> None:
         ctx: typer.Context,
         multirun: bool = typer.Option(False, "-m", "--multirun", help="Sweep: one job per combination of "
                                       "comma-separated override values (Hydra's sweeper and launcher)."),
-        cfg: Optional[str] = typer.Option(None, "--cfg", "-c", help="Print the composed config and exit: "
+        cfg: str | None = typer.Option(None, "--cfg", "-c", help="Print the composed config and exit: "
                                           "job, hydra or all."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Validate, resolve, write the config and the "
                                      "plan of what would run into the run directory; train nothing."),

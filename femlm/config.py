@@ -9,7 +9,7 @@ positive sizes, known choices). Every failure is a `UserError`: one line, exit s
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -68,7 +68,7 @@ class AnalyzeCommandConfig(CommonConfig):
     data: DataConfig = field(default_factory=DataConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
     # Where covariance/variance tables and figures go besides the run directory (None: run dir only).
-    results_dir: Optional[str] = None
+    results_dir: str | None = None
 
 
 @dataclass

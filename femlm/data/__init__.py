@@ -1,1 +1,43 @@
-"""data."""
+"""Data: the dataset registry, downloads/mirror, task and corpus readers, token blocks, tokenizers.
+
+Public API (imported lazily, so ``import femlm.data.config`` stays cheap for the CLI)::
+
+    DownloadConfig, TaskConfig, DomainConfig            # config sections (femlm.data.config)
+    REGISTRY, GROUPS, get_entry, expand_names           # what exists and where it comes from
+    fetch_file, run_download, resolve_files             # mirror -> cache -> verified HTTP download
+    TASKS, DOMAINS, get_task, get_domain                # the paper's tasks and domains (presets)
+    load_task, task_data_notes                          # DatasetDict(text[, text_pair], label)
+    load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached fixed-length blocks
+    load_tokenizer, model_config_path, train_wordpiece  # tokenizers and model configs
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "femlm.data.config": ("DomainConfig", "DownloadConfig", "TaskConfig"),
+    "femlm.data.registry": ("GROUPS", "REGISTRY", "DatasetEntry", "FileEntry", "expand_names", "get_entry"),
+    "femlm.data.fetch": ("Unavailable", "fetch_file", "resolve_files", "run_download", "sha256_file"),
+    "femlm.data.presets": ("DOMAINS", "TASKS", "get_domain", "get_task"),
+    "femlm.data.tasks": ("load_task", "task_data_notes"),
+    "femlm.data.corpus": ("blocks_dir", "blocks_meta", "load_documents", "prepare_blocks",
+                          "tokenizer_fingerprint"),
+    "femlm.data.tokenizer": ("load_tokenizer", "model_config_path", "train_wordpiece"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: datasets/transformers take seconds to import and most CLI paths only need the configs.
+    if name not in _WHERE:
+        raise AttributeError(f"module 'femlm.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,38 +1,55 @@
-"""Typed schemas of the `finetune` and `evaluate` sections."""
+"""Typed schemas of the `finetune` and `evaluate` sections (conf/finetune.yaml, conf/evaluate.yaml)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from femlm.errors import UserError
 
 
 @dataclass
 class FinetuneConfig:
+    # One fine-tuning run per seed; results report mean ± sample std over them (the paper's Table 2 form).
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     # Overrides of the task's recipe (None: the task config's value).
-    epochs: Optional[float] = None
-    lr: Optional[float] = None
-    batch_size: Optional[int] = None
-    max_length: Optional[int] = None
-    max_train_examples: Optional[int] = None  # small runs: a seeded, stratified subsample
+    epochs: float | None = None
+    lr: float | None = None
+    batch_size: int | None = None
+    max_length: int | None = None
+    max_train_examples: int | None = None  # small runs: a seeded, stratified subsample (seed = top-level seed)
     eval_batch_size: int = 64
-    save_model: bool = False
-    device: str = "auto"
-    threads: Optional[int] = None
+    save_model: bool = False  # keep seed_<s>/model (save_pretrained) so `femlm evaluate` can score it
+    device: str = "auto"  # auto: CUDA when present, else CPU
+    threads: int | None = None  # torch CPU threads (None: torch's default)
 
     def validate(self) -> None:
         if len(self.seeds) == 0:
             raise UserError("finetune.seeds=[]: give at least one seed, e.g. finetune.seeds=[1,2,3]")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise UserError(f"finetune.seeds={list(self.seeds)}: seeds must be distinct (each has its own "
+                            "seed_<s>/ directory)")
+        for key in ("batch_size", "max_length", "max_train_examples", "threads"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise UserError(f"finetune.{key}={value}: must be at least 1, or null")
+        if self.max_length is not None and self.max_length < 8:
+            raise UserError(f"finetune.max_length={self.max_length}: must be at least 8 tokens, or null")
+        if self.epochs is not None and self.epochs <= 0:
+            raise UserError(f"finetune.epochs={self.epochs}: must be positive, or null for the task's recipe")
+        if self.lr is not None and self.lr <= 0:
+            raise UserError(f"finetune.lr={self.lr}: must be positive, or null for the task's recipe")
+        if self.eval_batch_size < 1:
+            raise UserError(f"finetune.eval_batch_size={self.eval_batch_size}: must be at least 1")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise UserError(f"finetune.device={self.device!r}: allowed auto, cpu, cuda, cuda:N")
 
 
 @dataclass
 class EvaluateConfig:
     # A fine-tuned checkpoint, a directory of them, or a pre-training run whose intermediate checkpoints to
     # sweep (fine-tune + evaluate each) for the training-efficiency figure.
-    checkpoints: Optional[str] = None
-    split: str = "test"
+    checkpoints: str | None = None
+    split: str | None = None  # None: the task's eval_split (test for DAPT tasks, dev for GLUE)
     sweep: bool = False
 
     def validate(self) -> None:

@@ -1,4 +1,4 @@
-"""Typed schema of the `report` section."""
+"""Typed schema of the `report` section (`femlm report`)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,26 @@ from dataclasses import dataclass, field
 
 from femlm.errors import UserError
 
+# The tables `femlm report` can write, in the paper's numbering.
+TABLES = ("table1", "table2", "table3")
+
 
 @dataclass
 class ReportConfig:
     inputs: list[str] = field(default_factory=lambda: ["runs"])  # run dirs, sweep dirs or result files
     out_dir: str = "results"
-    tables: list[str] = field(default_factory=lambda: ["table1", "table2", "table3"])
+    tables: list[str] = field(default_factory=lambda: list(TABLES))
     figures: bool = True
     scale: str = "unspecified"  # a phrase for table captions, e.g. "tiny (4L/256H, 600 steps)"
+    decimals: int = 2  # decimals of measured cells (the paper prints 2 in Tables 1 and 2)
 
     def validate(self) -> None:
         if not self.inputs:
             raise UserError("report.inputs=[]: give run directories, sweep directories or result files")
+        unknown = [t for t in self.tables if t not in TABLES]
+        if unknown:
+            raise UserError(f"report.tables={list(self.tables)}: unknown {unknown}; allowed {', '.join(TABLES)}")
+        if not 0 <= self.decimals <= 6:
+            raise UserError(f"report.decimals={self.decimals}: must be in [0, 6]")
+        if not self.out_dir:
+            raise UserError("report.out_dir is empty: give a directory for the tables and figures")

@@ -56,6 +56,13 @@ class VarianceProbeConfig:
     enabled: bool = False
     every: int = 100
     remasks: int = 4
+    # Parameter-name globs whose gradients the probe measures; empty: all parameters.
+    parameters: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.every < 1 or self.remasks < 2:
+            raise UserError(f"trainer.variance_probe: every={self.every} must be >= 1 and remasks={self.remasks} "
+                            ">= 2 (a variance needs two draws)")
 
 
 @dataclass
@@ -76,6 +83,7 @@ class TrainerConfig:
     compile: bool = False
     sparse_prediction: bool = True
     eval_every: int = 1000
+    eval_batch_size: Optional[int] = None  # rows per held-out forward pass (None: the training micro-batch)
     save_every: int = 5000
     keep_last: int = 3
     log_every: int = 10
@@ -90,6 +98,8 @@ class TrainerConfig:
             value = getattr(self, key)
             if value < 1:
                 raise UserError(f"trainer.{key}={value}: must be a positive integer")
+        if self.eval_batch_size is not None and self.eval_batch_size < 1:
+            raise UserError(f"trainer.eval_batch_size={self.eval_batch_size}: must be a positive integer or null")
         if self.micro_batch_size is not None and not 1 <= self.micro_batch_size <= self.batch_size:
             raise UserError(f"trainer.micro_batch_size={self.micro_batch_size}: must be in [1, trainer.batch_size]")
         if self.lr <= 0:

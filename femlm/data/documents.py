@@ -1,0 +1,178 @@
+"""Corpus readers: each mirror format converted to plain-text documents (one string per document).
+
+A domain's local corpus is the union of its sources' documents (`femlm.data.corpus.load_documents`).
+Sources are registry names with an optional option after a colon: ``s2orc:cs`` keeps Computer Science
+papers, ``hyperpartisan_news:train`` keeps the articles outside the task's dev/test splits.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from femlm.data.readers import read_semeval_articles, resolve_hyperpartisan_splits
+from femlm.errors import UserError
+
+
+def _jsonl(path: Path) -> list[dict]:
+    out = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno})") from None
+            if not isinstance(obj, dict):
+                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            out.append(obj)
+    return out
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _title_body(title: str, body: str) -> str:
+    title, body = _squash(title or ""), (body or "").strip()
+    return f"{title}\n{body}" if title and body else title or body
+
+
+_TOP_HEADING = re.compile(r"^= (?!=)(.*\S) =$")
+
+
+def wikitext_documents(path: Path) -> list[str]:
+    """WikiText ``.tokens``: a document per article, split on top-level `` = Title = `` heading lines."""
+    docs: list[str] = []
+    current: list[str] = []
+
+    def flush() -> None:
+        if len(current) > 1:  # a heading alone is not a document
+            docs.append("\n".join(current))
+        current.clear()
+
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            stripped = line.strip()
+            if not stripped:
+                continue
+            match = _TOP_HEADING.match(stripped)
+            if match:
+                flush()
+                current.append(match.group(1))
+            else:
+                current.append(stripped)
+    flush()
+    return docs
+
+
+def csabstruct_documents(path: Path) -> list[str]:
+    """CSAbstruct jsonl: an abstract is its sentences joined with spaces."""
+    docs = []
+    for i, obj in enumerate(_jsonl(path), 1):
+        sentences = obj.get("sentences")
+        if not isinstance(sentences, list):
+            raise UserError(f'{path}: record {i} has no "sentences" list')
+        docs.append(" ".join(str(s).strip() for s in sentences))
+    return docs
+
+
+def arxiv_documents(path: Path) -> list[str]:
+    """arXiv CSV (titles, summaries, ...): title + abstract, the abstract's hard line wraps undone."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if not reader.fieldnames or not {"titles", "summaries"} <= set(reader.fieldnames):
+            raise UserError(f"{path}:1: expected columns titles,summaries; header is {reader.fieldnames}")
+        return [_title_body(row["titles"], _squash(row["summaries"] or "")) for row in reader]
+
+
+def s2orc_documents(path: Path, option: str | None = None) -> list[str]:
+    """S2ORC metadata jsonl: title + abstract of papers that have one; option ``cs`` keeps CS papers."""
+    if option not in (None, "cs", "all"):
+        raise UserError(f"source option s2orc:{option}: allowed s2orc:cs (Computer Science only) or s2orc")
+    docs = []
+    for obj in _jsonl(path):
+        if not obj.get("abstract"):
+            continue
+        if option == "cs" and "Computer Science" not in (obj.get("mag_field_of_study") or []):
+            continue
+        docs.append(_title_body(obj.get("title") or "", _squash(obj["abstract"])))
+    return docs
+
+
+def realnews_documents(path: Path) -> list[str]:
+    """RealNews / Grover jsonl: title + text."""
+    return [_title_body(obj.get("title") or "", obj.get("text") or "") for obj in _jsonl(path)
+            if (obj.get("text") or "").strip()]
+
+
+_REUTERS = re.compile(r"<REUTERS\b.*?</REUTERS>", re.S)
+_TITLE = re.compile(r"<TITLE>(.*?)</TITLE>", re.S)
+_BODY = re.compile(r"<BODY>(.*?)</BODY>", re.S)
+_CONTROL_REF = re.compile(r"&#(\d+);")
+
+
+def _reuters_text(raw: str) -> str:
+    # Control-character references (&#2; start, &#3; end of text, &#5;...) are transmission codes: drop.
+    raw = _CONTROL_REF.sub(lambda m: "" if int(m.group(1)) < 32 else m.group(0), raw)
+    return html.unescape(raw)
+
+
+def reuters_documents(path: Path) -> list[str]:
+    """Reuters-21578 SGML: TITLE + BODY of each record that has a BODY, trailing "Reuter" sign-off dropped."""
+    # latin-1 maps every byte: some reut2-*.sgm files hold stray non-UTF-8 bytes.
+    text = path.read_bytes().decode("latin-1")
+    docs = []
+    for record in _REUTERS.findall(text):
+        body = _BODY.search(record)
+        if body is None:
+            continue
+        title = _TITLE.search(record)
+        content = _squash(_reuters_text(body.group(1)))
+        content = re.sub(r"\s*\bReuter\s*$", "", content)
+        docs.append(_title_body(_reuters_text(title.group(1)) if title else "", content))
+    if not docs and "<REUTERS" not in text:
+        raise UserError(f"{path}: no <REUTERS> records; expected a Reuters-21578 reut2-NNN.sgm file")
+    return docs
+
+
+def hyperpartisan_documents(paths: dict[str, Path], option: str | None = None) -> list[str]:
+    """HyperPartisan articles as news text (title + text). Option ``train`` (default in the news domain)
+    drops the task's dev and test articles so pre-training never sees them; ``all`` keeps every article."""
+    if option not in (None, "train", "all"):
+        raise UserError(f"source option hyperpartisan_news:{option}: allowed :train or :all")
+    articles = read_semeval_articles(paths["articles"])
+    keep = set(articles)
+    if option != "all":
+        splits, _ = resolve_hyperpartisan_splits(paths["splits"], set(articles))
+        keep -= set(splits["dev"]) | set(splits["test"])
+    return [_title_body(a.title, a.text) for i, a in articles.items() if i in keep and a.text]
+
+
+# format -> reader(paths by role, option) for every corpus format of the registry.
+SourceReader = Callable[[dict[str, Path], str | None], list[str]]
+
+
+def _per_file(fn: Callable[[Path], list[str]], suffixes: tuple[str, ...]) -> SourceReader:
+    def read(paths: dict[str, Path], option: str | None) -> list[str]:
+        if option:
+            raise UserError(f"source option :{option} is not supported by this corpus (only s2orc:cs, "
+                            "hyperpartisan_news:train|all)")
+        return [doc for role in sorted(paths) if paths[role].name.endswith(suffixes) for doc in fn(paths[role])]
+    return read
+
+
+READERS: dict[str, SourceReader] = {
+    "wikitext_tokens": _per_file(wikitext_documents, (".tokens",)),
+    "csabstruct": _per_file(csabstruct_documents, (".jsonl",)),
+    "arxiv_csv": _per_file(arxiv_documents, (".csv",)),
+    "realnews_jsonl": _per_file(realnews_documents, (".jsonl",)),
+    "reuters_sgm": _per_file(reuters_documents, (".sgm",)),
+    "s2orc_metadata": lambda paths, option: s2orc_documents(paths["metadata"], option),
+    "semeval_hyperpartisan": hyperpartisan_documents,
+}

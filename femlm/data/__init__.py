@@ -9,6 +9,9 @@ Public API (imported lazily, so ``import femlm.data.config`` stays cheap for the
     load_task, task_data_notes                          # DatasetDict(text[, text_pair], label)
     load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached fixed-length blocks
     load_tokenizer, model_config_path, train_wordpiece  # tokenizers and model configs
+
+Local data needs no registry entry (`femlm.data.local`): ``domain.sources`` may list ``file:<path|dir|glob>``
+(.txt / .jsonl, .gz too) and ``task.dataset`` may be a directory path with train/dev[/test] files.
 """
 
 from __future__ import annotations

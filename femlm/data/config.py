@@ -61,7 +61,9 @@ class DownloadConfig:
 @dataclass
 class TaskConfig:
     name: str = "aclarc"
-    dataset: str = "citation_intent"  # registry name (femlm.data.registry.REGISTRY)
+    # A registry name (femlm.data.registry.REGISTRY), or a local directory (/abs, ./rel, ../rel, ~/..., any
+    # path with a /) holding train/dev[/test] .jsonl|.tsv|.csv files (femlm.data.local).
+    dataset: str = "citation_intent"
     text_fields: list[str] = field(default_factory=lambda: ["text"])  # 1 (single text) or 2 (a pair)
     labels: list[str] | None = field(default_factory=lambda: [
         "Background", "CompareOrContrast", "Extends", "Future", "Motivation", "Uses"])  # None: regression
@@ -104,7 +106,9 @@ class TaskConfig:
 @dataclass
 class DomainConfig:
     name: str = "cs"
-    # Registry corpus names, optionally with a reader option after a colon (s2orc:cs keeps CS papers).
+    # Registry corpus names, optionally with a reader option after a colon (s2orc:cs keeps CS papers), and/or
+    # local files: file:<path, directory or glob> of .txt (blank-line-separated documents) or .jsonl ("text")
+    # files, .gz allowed (femlm.data.local).
     sources: list[str] = field(default_factory=lambda: ["s2orc:cs", "csabstruct", "arxiv_cs"])
     paper_documents: int | None = 72_000  # documents the paper sampled
     paper_total_documents: int | None = 2_220_000  # documents of the full corpus it sampled from
@@ -114,8 +118,12 @@ class DomainConfig:
 
     def validate(self) -> None:
         if not self.sources:
-            raise UserError(f"domain.sources is empty (domain {self.name}): list registry corpora, "
-                            "e.g. [s2orc:cs, csabstruct, arxiv_cs]")
+            raise UserError(f"domain.sources is empty (domain {self.name}): list registry corpora and/or "
+                            "local files, e.g. [s2orc:cs, csabstruct, arxiv_cs] or [file:/data/corpus/*.txt]")
+        for spec in self.sources:
+            if spec.startswith("file:") and not spec[5:].strip():
+                raise UserError(f"domain.sources entry {spec!r} (domain {self.name}): give a file, directory or "
+                                "glob after file:, e.g. file:/data/corpus/*.txt")
         if self.max_documents is not None and self.max_documents < 2:
             raise UserError(f"domain.max_documents={self.max_documents} (domain {self.name}): "
                             "at least 2 (one train, one validation document), or null for all")

@@ -12,6 +12,10 @@ tokens, i.e. ``[CLS] doc [SEP]`` for BERT and ``<s> doc </s>`` for RoBERTa, conc
   changes the blocks (sources and their sha256, reader version, the tokenizer's full serialization,
   block size, max_documents, seed, validation fraction), written to a temporary directory and renamed, so
   a second call (or another process) loads it without tokenizing and a killed run leaves no half cache.
+
+Sources are registry corpora (``s2orc:cs``) or local files (``file:<path|dir|glob>``, `femlm.data.local`:
+``.txt`` documents separated by blank lines, ``.jsonl`` with a ``"text"`` field); a local file's key part
+is its path, size and sha256 (or mtime when large), so editing it rebuilds the blocks.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from transformers import PreTrainedTokenizerBase
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.documents import READERS
 from femlm.data.fetch import resolve_files, sha256_file
-from femlm.data.registry import get_entry
+from femlm.data.local import describe_sources, is_local_source, local_source_key, read_local_corpus
+from femlm.data.registry import ALIASES, REGISTRY, get_entry
 from femlm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -49,15 +54,26 @@ def _split_source(spec: str) -> tuple[str, str | None]:
 
 def _source_files(spec: str, download: DownloadConfig) -> tuple[str, dict[str, Path]]:
     name, _ = _split_source(spec)
+    path_like = "/" in name or name.startswith(("~", ".")) or name.endswith((".txt", ".jsonl", ".gz"))
+    if path_like and name not in REGISTRY and name not in ALIASES:
+        raise UserError(f"domain source {spec!r} looks like a file path, not a registry corpus; write "
+                        f"file:{spec} for local files")
     entry = get_entry(name)
     if entry.format not in READERS:
         raise UserError(f"domain source {spec!r} is a {entry.kind} ({entry.format}), not a corpus; corpus "
-                        f"sources are {', '.join(sorted(n for n, e in _corpus_entries()))}")
+                        f"sources are {', '.join(sorted(n for n, e in _corpus_entries()))} or "
+                        "file:<path, directory or glob> for local .txt/.jsonl files")
     return entry.format, resolve_files(entry.name, download)
 
 
+def _read_source(spec: str, download: DownloadConfig) -> list[str]:
+    if is_local_source(spec):
+        return read_local_corpus(spec)
+    fmt, paths = _source_files(spec, download)
+    return READERS[fmt](paths, _split_source(spec)[1])
+
+
 def _corpus_entries() -> list[tuple[str, Any]]:
-    from femlm.data.registry import REGISTRY
     return [(n, e) for n, e in REGISTRY.items() if e.format in READERS]
 
 
@@ -65,15 +81,16 @@ def load_documents(domain: DomainConfig, download: DownloadConfig, seed: int = 0
     """The domain's local corpus: every source's documents, exact duplicates removed, in source order;
     with ``domain.max_documents`` a seeded document-level subsample (kept in corpus order)."""
     if not domain.sources:
-        raise UserError(f"domain.sources is empty (domain {domain.name}): list registry corpora")
+        raise UserError(f"domain.sources is empty (domain {domain.name}): list registry corpora or "
+                        "file:<path or glob>")
     docs: list[str] = []
     for spec in domain.sources:
-        fmt, paths = _source_files(spec, download)
-        docs.extend(READERS[fmt](paths, _split_source(spec)[1]))
+        docs.extend(_read_source(spec, download))
     # Duplicates (e.g. the same arXiv abstract twice) would straddle the train/validation split.
     docs = [d for d in dict.fromkeys(d.strip() for d in docs) if d]
     if not docs:
-        raise UserError(f"domain {domain.name}: sources {list(domain.sources)} hold no documents")
+        raise UserError(f"domain {domain.name}: sources {describe_sources(list(domain.sources))} hold no "
+                        "documents (every document is empty)")
     if domain.max_documents is not None and len(docs) > domain.max_documents:
         keep = np.sort(np.random.default_rng(seed).choice(len(docs), domain.max_documents, replace=False))
         docs = [docs[i] for i in keep]
@@ -96,6 +113,9 @@ def _cache_key(domain: DomainConfig, tokenizer: PreTrainedTokenizerBase, block_s
                download: DownloadConfig, seed: int) -> dict[str, Any]:
     sources = []
     for spec in domain.sources:
+        if is_local_source(spec):
+            sources.append([spec, local_source_key(spec)])
+            continue
         name, _ = _split_source(spec)
         _, paths = _source_files(spec, download)
         shas = {f.role: f.sha256 or sha256_file(paths[f.role]) for f in get_entry(name).files if f.role in paths}
@@ -126,10 +146,11 @@ def _blocks(tokenized: Dataset, block_size: int) -> tuple[Dataset, int, int]:
     return Dataset(table), len(flat), len(flat) - n_blocks * block_size
 
 
-def _split_documents(docs: list[str], fraction: float, seed: int) -> dict[str, list[str]]:
+def _split_documents(docs: list[str], fraction: float, seed: int, where: str = "") -> dict[str, list[str]]:
     if len(docs) < 2:
-        raise UserError(f"the corpus has {len(docs)} document(s); at least 2 are needed (one for "
-                        "validation); add sources or raise domain.max_documents")
+        raise UserError(f"{where}the corpus has {len(docs)} document(s); at least 2 are needed (one for "
+                        "validation); add sources or raise domain.max_documents (local .txt files are split "
+                        "into documents at blank lines)")
     # A stream separate from load_documents' subsample, so changing max_documents moves few documents.
     order = np.random.default_rng([seed, 1]).permutation(len(docs))
     n_val = min(max(1, round(fraction * len(docs))), len(docs) - 1)
@@ -168,7 +189,8 @@ def prepare_blocks(domain: DomainConfig, tokenizer: PreTrainedTokenizerBase, blo
         return load_from_disk(str(final))
     start = time.perf_counter()
     docs = load_documents(domain, download, seed)
-    parts = _split_documents(docs, domain.validation_fraction, seed)
+    where = f"domain {domain.name} (sources {describe_sources(list(domain.sources))}): "
+    parts = _split_documents(docs, domain.validation_fraction, seed, where)
     out: dict[str, Dataset] = {}
     meta: dict[str, Any] = {"key": key, "domain": domain.name, "documents": len(docs)}
     for split, texts in parts.items():
@@ -181,12 +203,18 @@ def prepare_blocks(domain: DomainConfig, tokenizer: PreTrainedTokenizerBase, blo
                            new_fingerprint=hashlib.sha256(f"{final.name}-{split}".encode()).hexdigest()[:16],
                            desc=f"tokenizing {domain.name}/{split}")
         blocks, tokens, dropped = _blocks(tokenized, block_size)
-        if len(blocks) == 0:
-            raise UserError(f"domain {domain.name}: the {split} split has {len(texts)} documents and {tokens} "
-                            f"tokens, shorter than one block of {block_size}; add documents (domain."
-                            "max_documents / sources), lower block_size or raise domain.validation_fraction")
         out[split] = blocks
         meta[split] = {"documents": len(texts), "tokens": tokens, "blocks": len(blocks), "dropped": dropped}
+    total = sum(meta[split]["tokens"] for split in parts)
+    if total < block_size:
+        raise UserError(f"{where}the corpus has {total} tokens in {len(docs)} documents, shorter than one "
+                        f"block of {block_size} tokens; add documents or lower block_size")
+    for split in parts:
+        if meta[split]["blocks"] == 0:
+            raise UserError(f"{where}the {split} split has {meta[split]['documents']} documents and "
+                            f"{meta[split]['tokens']} "
+                            f"tokens, shorter than one block of {block_size}; add documents (domain."
+                            "max_documents / sources), lower block_size or raise domain.validation_fraction")
     meta["seconds"] = round(time.perf_counter() - start, 3)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"

@@ -5,6 +5,10 @@ are whatever the task has: train/dev/test for DAPT tasks, train/dev for GLUE (th
 labels), train/dev_matched/dev_mismatched for MNLI. Imperfections of the local data (AG News carve,
 HyperPartisan overlap rule, CoLA v1.1 train) are returned by `task_data_notes`, which every output that
 reports task numbers must print, and are also in each split's ``info.description``.
+
+``task.dataset`` may also be a local directory (a path: ``/abs``, ``./rel``, ``../rel``, ``~/...`` or anything
+with a ``/``) holding ``train``/``dev``[/``test``] ``.jsonl``, ``.tsv`` or ``.csv`` files; see
+`femlm.data.local`. Such tasks skip the registry, downloads and checksums.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from femlm.data.config import DownloadConfig, TaskConfig
 from femlm.data.fetch import resolve_files
+from femlm.data.local import is_local_task, local_task_notes, read_local_task
 from femlm.data.readers import (
     Rows,
     read_ag_news_csv,
@@ -24,7 +29,7 @@ from femlm.data.readers import (
     read_hyperpartisan,
     read_lines,
 )
-from femlm.data.registry import get_entry
+from femlm.data.registry import ALIASES, REGISTRY, get_entry
 from femlm.errors import UserError
 
 AG_CARVE_SEED = 0  # fixed, so the carved test set is the same for every fine-tuning seed
@@ -72,6 +77,11 @@ def _ag_rows(paths: dict[str, Path]) -> dict[str, Rows]:
 
 
 def _read_rows(task: TaskConfig, download: DownloadConfig) -> dict[str, Rows]:
+    if is_local_task(task.dataset):
+        return read_local_task(task)
+    if task.dataset not in REGISTRY and task.dataset not in ALIASES and Path(task.dataset).is_dir():
+        raise UserError(f"task.dataset={task.dataset!r} (task {task.name}) is not a registry dataset; for the "
+                        f"local directory write task.dataset=./{task.dataset}")
     entry = get_entry(task.dataset)
     paths = resolve_files(entry.name, download)
     if entry.format == "dapt_jsonl":
@@ -128,7 +138,8 @@ def _is_float(value: str) -> bool:
 
 
 def load_task(task: TaskConfig, download: DownloadConfig) -> DatasetDict:
-    """Read a task's splits from the mirror/cache/network (see `femlm.data.fetch`) into a DatasetDict."""
+    """Read a task's splits from the mirror/cache/network (see `femlm.data.fetch`), or from a local
+    directory (`femlm.data.local`), into a DatasetDict."""
     if len(task.text_fields) not in (1, 2):
         raise UserError(f"task.text_fields={list(task.text_fields)} (task {task.name}): give 1 or 2 fields")
     rows = _read_rows(task, download)
@@ -151,6 +162,8 @@ def _locally_available(dataset: str, role: str, download: DownloadConfig | None)
 
 def task_data_notes(task: TaskConfig, download: DownloadConfig | None = None) -> list[str]:
     """Caveats about the data a task was evaluated on; outputs that report task numbers print them."""
+    if is_local_task(task.dataset):
+        return local_task_notes(task)
     entry = get_entry(task.dataset)
     notes: list[str] = []
     if entry.name == "ag":

@@ -30,6 +30,8 @@ class CommonConfig:
     dry_run: bool = False
     download: DownloadConfig = field(default_factory=DownloadConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    # The plan of an `experiment=<name>` config (conf/experiment/), recorded with the run.
+    experiment: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,284 @@
+"""`femlm report` tables on synthetic result files: layout, formatting, missing cells, reported vs measured."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from femlm.errors import UserError
+from femlm.report import ReportConfig, run_report
+from femlm.report.build import table1, table2, table3
+from femlm.report.collect import arm_of, collect
+from femlm.report.paper import GLUE_TASKS, TABLE1_REPORTED, TABLE3_REPORTED, normalise_task, parse_reported
+from femlm.report.tables import Cell, to_csv, to_latex, to_markdown
+
+HARDWARE = {"platform": "Linux", "cpus": 2, "torch_threads": 2, "cuda": False}
+STRATEGY = {"mlm": "random", "fe": "fully_explored", "iid": "iid"}
+
+
+def femlm_json(masking: str, command: str = "continual-pretrain", step: int = 150, max_steps: int = 150,
+               splits: int | None = None, domain: str = "cs", run_dir: str = "runs/x") -> dict[str, Any]:
+    prefix, granularity = masking.split("_", 1)
+    default_splits = 1 if prefix == "mlm" else 4
+    return {"kind": "pretrain", "command": command, "masking": masking, "strategy": STRATEGY[prefix],
+            "granularity": granularity, "splits": splits or default_splits, "domain": domain, "model": "tiny",
+            "step": step, "max_steps": max_steps, "run_dir": run_dir, "init_from": None}
+
+
+def write_results(folder: Path, task: str, values: list[float], pretrain: dict[str, Any] | None,
+                  metric: str = "macro_f1", split: str = "test", extra: dict[str, list[float]] | None = None,
+                  seeds: list[int] | None = None, checkpoint: str = "roberta-base") -> Path:
+    """A results.json as femlm finetune writes it (docs/architecture.md), values as fractions."""
+    seeds = seeds or list(range(1, len(values) + 1))
+    rows = []
+    for i, (seed, value) in enumerate(zip(seeds, values, strict=True)):
+        row = {"seed": seed, "dev": {metric: value - 0.01}, split: {metric: value}, "best_epoch": 2}
+        for other, more in (extra or {}).items():
+            row[other] = {metric: more[i]}
+        rows.append(row)
+    data = {"kind": "finetune", "task": task, "metric": metric, "main_metric": metric, "eval_split": split,
+            "checkpoint": checkpoint, "pretrain": pretrain, "seeds": rows, "aggregate": {}, "notes": [],
+            "hardware": HARDWARE, "git_commit": "abc1234", "scale": {"train_examples": 1688, "epochs": 3,
+                                                                      "max_length": 128}}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(data))
+    return folder / "results.json"
+
+
+def table2_runs(root: Path) -> Path:
+    """MLM, FE-MLM and the i.i.d. control continually pre-trained on CS, plus the released baseline."""
+    for masking, base in (("mlm_subword", 0.70), ("fe_subword", 0.74), ("iid_subword", 0.72)):
+        pre = femlm_json(masking, run_dir=str(root / f"continual_{masking}"))
+        write_results(root / f"ft_{masking}_aclarc", "aclarc", [base - 0.02, base, base + 0.02], pre)
+        write_results(root / f"ft_{masking}_scierc", "scierc", [base + 0.05, base + 0.06, base + 0.07], pre)
+    write_results(root / "ft_released_aclarc", "aclarc", [0.60, 0.62, 0.64], None)
+    return root
+
+
+def make_cfg(inputs: list[Path], out: Path, **kw: Any) -> SimpleNamespace:
+    return SimpleNamespace(report=ReportConfig(inputs=[str(p) for p in inputs], out_dir=str(out), **kw))
+
+
+@pytest.fixture
+def t2(tmp_path: Path):
+    collection = collect([str(table2_runs(tmp_path / "runs"))])
+    return table2(collection, "tiny test scale", "feedbee")
+
+
+def test_table2_rows_and_columns_in_paper_order(t2) -> None:
+    assert [c.header for c in t2.columns] == ["ACL-ARC", "SciERC", "HyperPartisan", "AGNews"]
+    labels = [r.label for r in t2.measured]
+    assert labels == ["no continual pre-training (roberta-base)", "MLM + Subword", "FE-MLM + Subword",
+                      "i.i.d. K-mask + Subword (control)", "MLM + Span", "FE-MLM + Span"]
+    assert [r.label for r in t2.reported][:2] == ["RoBERTa (Gururangan et al. 2020)", "DAPT (Gururangan et al. 2020)"]
+    md = to_markdown(t2)
+    header = next(line for line in md.splitlines() if line.startswith("| Model"))
+    assert header == "| Model | ACL-ARC | SciERC | HyperPartisan | AGNews |"
+
+
+def test_mean_std_over_seeds_times_100(t2) -> None:
+    fe = next(r for r in t2.measured if r.label == "FE-MLM + Subword")
+    assert fe.cells["aclarc"].mean == pytest.approx(74.0)
+    assert fe.cells["aclarc"].std == pytest.approx(2.0)  # sample std (ddof=1) of 72, 74, 76
+    assert fe.cells["aclarc"].n == 3
+    assert "| FE-MLM + Subword | 74.00 ± 2.00 | 80.00 ± 1.00 | — | — |" in to_markdown(t2)
+
+
+def test_missing_cells_marked_and_empty_in_csv(t2) -> None:
+    span = next(r for r in t2.measured if r.label == "MLM + Span")
+    assert "| MLM + Span | — | — | — | — |" in to_markdown(t2)
+    rows = list(csv.DictReader(io.StringIO(to_csv(t2))))
+    row = next(r for r in rows if r["model"] == "MLM + Span")
+    assert row["ACL-ARC"] == "" and row["ACL-ARC std"] == "" and row["ACL-ARC n"] == ""
+    assert span.cells == {}
+    released = next(r for r in rows if r["model"].startswith("no continual"))
+    assert float(released["ACL-ARC"]) == pytest.approx(62.0) and released["SciERC"] == ""
+
+
+def test_reported_rows_kept_apart_and_labelled(t2) -> None:
+    md = to_markdown(t2)
+    measured_part, reported_part = md.split("**Reported, Zheng et al. 2020**")
+    assert "DAPT" not in measured_part and "75.34" not in measured_part
+    assert "| DAPT (Gururangan et al. 2020) | 75.4 ± 2.5 | 80.8 ± 1.5 | 88.2 ± 5.9 | 93.9 ± 0.2 |" in reported_part
+    assert "FE-MLM + Span | 78.06 ± 2.31" in reported_part
+    rows = list(csv.DictReader(io.StringIO(to_csv(t2))))
+    sources = [r["source"] for r in rows]
+    assert set(sources) == {"measured", "reported"}
+    assert sources == sorted(sources)  # measured first, then reported: never interleaved
+    assert all(r["citation"] for r in rows if r["source"] == "reported")
+    assert all(not r["citation"] for r in rows if r["source"] == "measured")
+
+
+def test_scale_statement_everywhere(t2, tmp_path: Path) -> None:
+    for needle in ("tiny test scale", "Model: roberta-base (as released), tiny", "continual-pretrain on cs corpus", "150 steps",
+                   "seeds 1, 2, 3", "CPU (2 threads of 2 cores)", "git abc1234"):
+        assert needle in t2.scale_text, needle
+    assert f"**Scale.** {t2.scale_text}" in to_markdown(t2)
+    tex = to_latex(t2)
+    caption = next(line for line in tex.splitlines() if line.startswith("\\caption{"))
+    assert "tiny test scale" in caption and "abc1234" in caption
+    from femlm.report.tables import write_table
+
+    paths = write_table(t2, tmp_path / "out")
+    meta = json.loads(Path(paths["meta"]).read_text())
+    assert meta["scale"]["phrase"] == "tiny test scale" and meta["scale"]["git_commits"] == ["abc1234"]
+    assert meta["scale"]["seeds"] == ["1", "2", "3"]
+    assert not Path(paths["csv"]).read_text().startswith("#")  # the CSV stays a clean table
+
+
+def test_latex_booktabs_and_escaping(t2) -> None:
+    tex = to_latex(t2)
+    for rule in ("\\toprule", "\\midrule", "\\bottomrule"):
+        assert rule in tex
+    assert tex.index("Measured (this code)") < tex.index("Reported (Zheng et al. 2020)")
+    assert "74.00 $\\pm$ 2.00" in tex and "---" in tex and "±" not in tex
+    assert "\\begin{tabular}{lcccc}" in tex
+    # Every data row has as many cells as the header.
+    body = [line for line in tex.splitlines() if line.endswith("\\\\") and "multicolumn" not in line]
+    assert all(line.count(" & ") == 4 for line in body)
+
+
+def test_csv_parses_with_columns_per_task(t2) -> None:
+    rows = list(csv.reader(io.StringIO(to_csv(t2))))
+    header = rows[0]
+    assert header[:5] == ["source", "model", "ACL-ARC", "ACL-ARC std", "ACL-ARC n"]
+    assert header[-1] == "citation" and all(len(r) == len(header) for r in rows)
+    dapt = next(r for r in rows if r[1].startswith("DAPT"))
+    assert dapt[2:4] == ["75.4", "2.5"] and dapt[4] == ""
+
+
+def test_final_step_and_default_splits_chosen(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    write_results(root / "early", "aclarc", [0.50, 0.52], femlm_json("fe_subword", step=50))
+    write_results(root / "final", "aclarc", [0.70, 0.72], femlm_json("fe_subword", step=150))
+    for k, v in ((2, 0.60), (8, 0.61)):
+        write_results(root / f"k{k}", "aclarc", [v, v], femlm_json("fe_subword", step=150, splits=k))
+    table = table2(collect([str(root)]), "s", "c")
+    fe = next(r for r in table.measured if r.label == "FE-MLM + Subword")
+    assert fe.cells["aclarc"].mean == pytest.approx(71.0)
+    assert any("uses splits=4 of splits=2; splits=4; splits=8" in n for n in table.notes), table.notes
+
+
+def test_mnli_matched_and_mismatched_fill_one_column(tmp_path: Path) -> None:
+    root = tmp_path / "glue"
+    pre = femlm_json("fe_subword", command="pretrain-scratch", domain="general")
+    write_results(root / "mnli", "mnli", [0.84, 0.86], pre, metric="accuracy", split="dev_matched",
+                  extra={"dev_mismatched": [0.80, 0.82]})
+    t1 = table1(collect([str(root)]), "s", "c")
+    fe = next(r for r in t1.measured if r.label == "FE-MLM + Subword")
+    assert fe.cells["mnli_m"].mean == pytest.approx(85.0) and fe.cells["mnli_mm"].mean == pytest.approx(81.0)
+    assert "| FE-MLM + Subword | 85.00 ± 1.41 / 81.00 ± 1.41 | — |" in to_markdown(t1)
+    header = to_csv(t1).splitlines()[0]
+    assert header.startswith("source,model,MNLI-m,MNLI-m std,MNLI-m n,MNLI-mm,")
+
+
+def test_table3_average_only_when_all_nine(tmp_path: Path) -> None:
+    root = tmp_path / "glue"
+    scratch = {m: femlm_json(m, command="pretrain-scratch", domain="general") for m in ("mlm_subword", "fe_subword")}
+    names = {"mnli_m": "mnli", "sst2": "sst2", "qnli": "qnli", "qqp": "qqp", "rte": "rte", "mrpc": "mrpc",
+             "cola": "cola", "stsb": "stsb"}
+    for key, task in names.items():
+        extra = {"dev_mismatched": [0.80, 0.90]} if task == "mnli" else None
+        write_results(root / f"fe_{task}", task, [0.80, 0.90], scratch["fe_subword"], metric="accuracy",
+                      split="dev_matched" if task == "mnli" else "dev", extra=extra)
+        if key != "cola":  # the MLM arm lacks CoLA: no average
+            write_results(root / f"mlm_{task}", task, [0.7, 0.7], scratch["mlm_subword"], metric="accuracy",
+                          split="dev")
+    collection = collect([str(root)])
+    t1 = table1(collection, "s", "c")
+    t3 = table3(t1, collection, "s", "c")
+    fe = next(r for r in t3.measured if r.label == "FE-MLM + Subword")
+    assert fe.cells["avg"].mean == pytest.approx(85.0) and fe.cells["avg"].std == pytest.approx(7.0711, abs=1e-3)
+    mlm = next(r for r in t3.measured if r.label == "MLM + Subword")
+    assert mlm.cells["avg"].mean is None
+    assert any("7/9 GLUE numbers" in n for n in t3.notes)  # no CoLA, no MNLI-mm
+    md = to_markdown(t3)
+    assert "| MLM + Subword | — |" in md and "| BERT-base (ReEval) | 82.5 |" in md.split("**Reported")[1]
+
+
+def test_paper_transcription_is_consistent() -> None:
+    # Table 3's FE-MLM average is the mean of Table 1's nine FE-MLM numbers (83.61 -> 83.6).
+    fe = next(r for r in TABLE1_REPORTED if "FE-MLM" in r.label)
+    avg = sum(parse_reported(fe.cells[t])[0] for t in GLUE_TASKS) / len(GLUE_TASKS)
+    reported = next(r for r in TABLE3_REPORTED if r.label == "BERT-base (FE-MLM)")
+    assert round(avg, 1) == parse_reported(reported.cells["avg"])[0]
+    assert parse_reported("75.34 ± 2.54") == (75.34, 2.54, 2)
+    assert parse_reported("63.0") == (63.0, None, 1)
+
+
+def test_task_names_and_arms() -> None:
+    assert normalise_task("citation_intent") == "aclarc" and normalise_task("SST-2") == "sst2"
+    assert normalise_task("sciie") == "scierc" and normalise_task("wnli") is None
+    assert arm_of(None).stage == "none"
+    assert arm_of({"command": "pretrain-scratch", "masking": "fe_span"}).stage == "scratch"
+    assert arm_of({"masking": "fe_span", "init_from": "roberta-base"}).stage == "continual"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-100, 100, allow_nan=False), st.floats(0, 50, allow_nan=False), st.integers(0, 4),
+       st.integers(0, 9))
+def test_cell_text_round_trips(mean: float, std: float, decimals: int, n: int) -> None:
+    text = Cell(mean, std, n, decimals).text()
+    m, s, d = parse_reported(text)
+    assert d == decimals and abs(m - mean) <= 0.5 * 10 ** -decimals + 1e-9
+    assert (s is None) == (n == 1)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(UserError, match="report.tables"):
+        ReportConfig(tables=["table9"]).validate()
+    with pytest.raises(UserError, match="report.inputs"):
+        ReportConfig(inputs=[]).validate()
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        run_report(make_cfg([tmp_path / "nope"], tmp_path / "out"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="found no results.json"):
+        run_report(make_cfg([tmp_path / "empty"], tmp_path / "out"))
+
+
+def test_unreadable_file_skipped_with_note(tmp_path: Path) -> None:
+    root = table2_runs(tmp_path / "runs")
+    (root / "broken").mkdir()
+    (root / "broken" / "results.json").write_text("{not json")
+    manifest = run_report(make_cfg([root], tmp_path / "out", figures=False))
+    assert any("broken" in s for s in manifest["skipped"])
+    assert "## Skipped inputs" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_overlapping_inputs_counted_once(tmp_path: Path) -> None:
+    root = table2_runs(tmp_path / "runs")
+    collection = collect([str(root), str(root / "ft_fe_subword_aclarc"), str(root / "ft_fe_subword_aclarc" /
+                                                                                  "results.json")])
+    assert len(collection.finetune) == 7
+    table = table2(collection, "s", "c")
+    assert next(r for r in table.measured if r.label == "FE-MLM + Subword").cells["aclarc"].n == 3
+
+
+def test_percent_values_not_scaled_twice(tmp_path: Path) -> None:
+    write_results(tmp_path / "r", "aclarc", [70.0, 72.0], femlm_json("mlm_subword"))
+    table = table2(collect([str(tmp_path / "r")]), "s", "c")
+    assert next(r for r in table.measured if r.label == "MLM + Subword").cells["aclarc"].mean == 71.0
+
+
+def test_single_seed_prints_no_spread(tmp_path: Path) -> None:
+    write_results(tmp_path / "r", "aclarc", [0.7], femlm_json("mlm_subword"))
+    md = to_markdown(table2(collect([str(tmp_path / "r")]), "s", "c"))
+    assert re.search(r"\| MLM \+ Subword \| 70\.00 \|", md)
+
+
+def test_domain_mismatch_is_noted(tmp_path: Path) -> None:
+    write_results(tmp_path / "r", "agnews", [0.9, 0.91], femlm_json("fe_subword", domain="cs"), metric="accuracy")
+    table = table2(collect([str(tmp_path / "r")]), "s", "c")
+    assert any("AGNews from a checkpoint continually pre-trained on cs" in n for n in table.notes)

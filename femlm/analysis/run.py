@@ -1,0 +1,243 @@
+"""`femlm analyze`: gradient covariance vs Hamming distance and K-mask variance, end to end.
+
+``run_analyze(cfg, run)`` loads the model (a checkpoint directory, or -- with ``model.name_or_path`` null --
+the same architecture at initialisation: the paper's "before pre-training" panel), takes
+``analysis.sequences`` validation blocks of the domain as the fixed mini-batch, runs the studies of
+`femlm.analysis.studies` and writes into the run directory:
+
+``covariance.csv`` (one row per mask pair), ``covariance_summary.csv`` (per Hamming bin), ``variance.csv``
+and ``variance.md`` (per K), ``covariance_distribution.png`` (Figure 2), ``covariance_vs_hamming.png``
+(Figure 3), ``variance.png``, and ``analysis.json`` (settings, Spearman rho with its bootstrap interval,
+Var_FE / Var_iid per K with intervals, cost, wall time, model, hardware). With ``results_dir`` set, the
+same files are copied to ``<results_dir>/analysis_<domain>_<model>_<panel>/``.
+
+Cost (forward + backward passes of one sequence, see `studies`): covariance ``S (J + 2 budget)``,
+variance ``S (J + 2 budget max(K))`` (J reference masks are shared when both studies use the same tau).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from femlm.errors import UserError
+
+from .figures import plot_covariance_distribution, plot_covariance_vs_hamming, plot_variance
+from .gradients import MaskedLMGradients
+from .masks import valid_positions
+from .studies import (
+    covariance_cost,
+    covariance_study,
+    make_reference,
+    resolve_variance_tau,
+    variance_cost,
+    variance_study,
+)
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def load_model(cfg: Any) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
+    """(tokenizer, model, description). ``model.name_or_path`` null builds ``model.arch`` at initialisation."""
+    from femlm.train.model import (
+        build_scratch_model,
+        check_compatible,
+        check_tokenizer,
+        load_checkpoint_model,
+        load_tokenizer,
+        read_pretrain_info,
+    )
+
+    mcfg = cfg.model
+    if mcfg.name_or_path:
+        model = load_checkpoint_model(mcfg.name_or_path, mcfg.attn_implementation, bool(cfg.download.offline))
+        tokenizer = load_tokenizer(mcfg.tokenizer or mcfg.name_or_path, cfg.download)
+        pretrain = read_pretrain_info(mcfg.name_or_path) if Path(mcfg.name_or_path).expanduser().is_dir() else None
+        panel = "pretrained"
+        slug = f"{pretrain.get('masking')}_step{pretrain.get('step')}" if pretrain else Path(mcfg.name_or_path).name
+    else:
+        if not mcfg.tokenizer:
+            raise UserError(f"model.tokenizer is not set (model={mcfg.name}, name_or_path=null): the "
+                            "initialisation panel builds the model from model.arch and needs a tokenizer; give "
+                            "the pre-trained checkpoint's directory (same vocabulary) or bert-base-uncased")
+        tokenizer = load_tokenizer(mcfg.tokenizer, cfg.download)
+        torch.manual_seed(cfg.seed)  # the initial weights are part of the result: make them reproducible
+        model = build_scratch_model(mcfg, tokenizer, cfg.download, mcfg.attn_implementation)
+        pretrain, panel, slug = None, "initialisation", "init"
+    check_tokenizer(tokenizer, "the tokenizer")
+    check_compatible(model, tokenizer, cfg.data.block_size, f"model={mcfg.name}")
+    info = {"name": mcfg.name, "name_or_path": mcfg.name_or_path, "tokenizer": mcfg.tokenizer, "panel": panel,
+            "slug": re.sub(r"[^A-Za-z0-9_.-]+", "-", str(slug)), "pretrain": pretrain,
+            "parameters_total": sum(p.numel() for p in model.parameters()),
+            "model_type": getattr(model.config, "model_type", None)}
+    return tokenizer, model, info
+
+
+def load_sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
+    """``analysis.sequences`` validation blocks (a seeded choice), ``LongTensor[S, block_size]``."""
+    from femlm.data.corpus import prepare_blocks
+
+    blocks = prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
+                            num_proc=cfg.data.num_proc, seed=cfg.seed)
+    val = np.asarray(blocks["validation"].with_format("numpy")["input_ids"], dtype=np.int64)
+    want = cfg.analysis.sequences
+    if len(val) < want:
+        raise UserError(f"analysis.sequences={want}: domain {cfg.domain.name} has {len(val)} validation blocks of "
+                        f"{cfg.data.block_size} tokens; lower analysis.sequences or data.block_size")
+    picked = np.sort(np.random.default_rng([cfg.seed, 7]).choice(len(val), size=want, replace=False))
+    return torch.from_numpy(val[picked]), picked.tolist()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"analysis.device={name}: no CUDA device is visible; use cpu or auto")
+    return torch.device(name)
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    flat = []
+    for row in rows:  # [low, high] lists become two columns
+        out: dict[str, Any] = {}
+        for key, value in row.items():
+            if isinstance(value, (list, tuple)):
+                out[f"{key}_low"], out[f"{key}_high"] = value
+            else:
+                out[key] = value
+        flat.append(out)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+    return path
+
+
+def variance_markdown(rows: list[dict[str, Any]], title: str) -> str:
+    lines = [f"# {title}", "",
+             "| K | tau | draws | Var_iid | Var_FE | Var_FE / Var_iid [95% CI] | Theorem 1 ratio |",
+             "|---:|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r['K']} | {r['tau']} | {r['draws']} | {r['var_iid']:.4g} | {r['var_fe']:.4g} | "
+                     f"{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {r['theorem1_prediction']:.3f} |")
+    r0 = rows[0]
+    lines += ["", f"Var(g(m)) = {r0['var_single']:.4g}; Cov of disjoint masks = {r0['cov_fe']:.4g}; Cov of "
+              f"independent masks = {r0['cov_iid']:.4g} (0 in expectation). Variances are per sequence, averaged "
+              "over the mini-batch. Theorem 1 ratio = 1 + (K - 1) Cov_FE / Var(g(m)).", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- driver
+def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_ids: torch.Tensor,
+            model_info: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the configured studies on ``input_ids[S, L]`` and write every output file; returns analysis.json."""
+    from tqdm.auto import tqdm
+
+    from femlm.runs import hardware
+
+    acfg = cfg.analysis
+    start = time.time()
+    device = resolve_device(acfg.device)
+    valid = valid_positions(input_ids, None, tokenizer.all_special_ids)
+    n_valid = valid.sum(dim=1).tolist()
+    n_min = int(min(n_valid))
+    seqs = len(input_ids)
+    do_cov, do_var = acfg.kind in ("covariance", "both"), acfg.kind in ("variance", "both")
+    if do_cov and not 0 < acfg.tau < n_min:
+        raise UserError(f"analysis.tau={acfg.tau}: must be below the {n_min} maskable tokens of the shortest "
+                        f"sequence (data.block_size={cfg.data.block_size} minus special tokens)")
+    tau_v = None
+    if do_var:
+        try:
+            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.splits))
+        except ValueError as err:
+            raise UserError(str(err)) from None
+    grads = MaskedLMGradients(model, input_ids, None, tokenizer.mask_token_id, acfg.parameters, acfg.method,
+                              acfg.chunk, device)
+    shared = do_cov and do_var and tau_v == acfg.tau
+    cost = {"covariance": covariance_cost(seqs, acfg.reference, acfg.budget) if do_cov else 0,
+            "variance": (variance_cost(seqs, 0 if shared else acfg.reference, acfg.budget, max(acfg.splits))
+                         if do_var else 0)}
+    run.log(stage="plan", passes=sum(cost.values()), **{f"passes_{k}": v for k, v in cost.items()},
+            parameters=grads.numel, method=grads.method, n_min=n_min)
+    bar = tqdm(total=sum(cost.values()), unit="grad", desc="analyze", disable=not cfg.logger.progress)
+    title = f"{model_info['name']} ({model_info['panel']}), domain {cfg.domain.name}"
+    out = Path(run.dir)
+    files: list[Path] = []
+    refs: dict[int, Any] = {}
+    summary: dict[str, Any] = {
+        "kind": "analysis", "analysis_kind": acfg.kind, "domain": cfg.domain.name, "model": model_info,
+        "seed": cfg.seed,
+        "settings": {"sequences": seqs, "block_size": int(input_ids.shape[1]), "tau": acfg.tau,
+                     "variance_tau": tau_v, "budget": acfg.budget, "reference": acfg.reference,
+                     "hamming_bins": acfg.hamming_bins, "splits": list(acfg.splits), "bootstrap": acfg.bootstrap,
+                     "chunk": acfg.chunk, "device": str(device), "method": grads.method,
+                     "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
+        "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
+        "sequences": {"n_valid": n_valid, **(extra or {})},
+        "cost": {"planned_passes": cost},
+    }
+
+    def reference(tau: int) -> Any:
+        if tau not in refs:
+            refs[tau] = make_reference(grads, valid, tau, acfg.reference, cfg.seed, acfg.chunk, bar)
+        return refs[tau]
+
+    if do_cov:
+        t0 = time.time()
+        res = covariance_study(grads, valid, acfg.tau, acfg.budget, acfg.hamming_bins, reference(acfg.tau),
+                               cfg.seed, acfg.chunk, acfg.bootstrap, bar)
+        files += [write_csv(out / "covariance.csv", res.rows),
+                  write_csv(out / "covariance_summary.csv", res.summary),
+                  plot_covariance_distribution(res.rows, res.summary, out / "covariance_distribution.png", title),
+                  plot_covariance_vs_hamming(res.rows, res.summary, res.spearman,
+                                             out / "covariance_vs_hamming.png", title)]
+        spear = {k: v for k, v in res.spearman.items() if k != "bin_ci"}
+        summary["covariance"] = {"spearman": spear, "summary": res.summary, "stats": res.stats,
+                                 "wall_s": round(time.time() - t0, 2)}
+        run.log(stage="covariance", **{k: v for k, v in spear.items() if not isinstance(v, list)})
+    if do_var:
+        t0 = time.time()
+        assert tau_v is not None
+        res_v = variance_study(grads, valid, list(acfg.splits), tau_v, acfg.budget, reference(tau_v), cfg.seed,
+                               acfg.chunk, acfg.bootstrap, bar)
+        files += [write_csv(out / "variance.csv", res_v.rows),
+                  plot_variance(res_v.rows, out / "variance.png", title)]
+        md = out / "variance.md"
+        md.write_text(variance_markdown(res_v.rows, f"K-mask gradient variance: {title}"))
+        files.append(md)
+        summary["variance"] = {
+            "ratios": {str(r["K"]): {"ratio": r["ratio"], "ci": [r["ci_low"], r["ci_high"]],
+                                     "theorem1": r["theorem1_prediction"]} for r in res_v.rows},
+            "rows": res_v.rows, "stats": res_v.stats, "wall_s": round(time.time() - t0, 2)}
+        for r in res_v.rows:
+            run.log(stage="variance", K=r["K"], ratio=r["ratio"], ci_low=r["ci_low"], ci_high=r["ci_high"])
+    bar.close()
+    summary["cost"]["passes"] = grads.passes
+    summary["wall_s"] = round(time.time() - start, 2)
+    summary["hardware"] = hardware()
+    summary["files"] = sorted(p.name for p in files) + ["analysis.json"]
+    files.append(run.write_json("analysis.json", summary))
+    if cfg.results_dir:
+        dest = Path(cfg.results_dir).expanduser() / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for path in files:
+            shutil.copy2(path, dest / path.name)
+        summary["results_dir"] = str(dest)
+    return summary
+
+
+def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
+    """`femlm analyze {covariance,variance,both}`: the entry point the CLI calls."""
+    if cfg.analysis.threads:
+        torch.set_num_threads(cfg.analysis.threads)
+    tokenizer, model, info = load_model(cfg)
+    input_ids, picked = load_sequences(cfg, tokenizer)
+    return analyze(cfg, run, model, tokenizer, input_ids, info, {"validation_blocks": picked})

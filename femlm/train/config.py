@@ -4,6 +4,7 @@ The YAML files in ``conf/`` must match these dataclasses key for key: the CLI me
 into them at start-up, so a misspelled key or a wrong type stops the run before any work is done.
 """
 
+# ruff: noqa: UP045 - Optional[...] like every other config schema in femlm (OmegaConf structured configs)
 from __future__ import annotations
 
 from dataclasses import dataclass, field

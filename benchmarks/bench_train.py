@@ -1,0 +1,186 @@
+"""Training throughput: femlm's pre-training core vs Hugging Face `Trainer` + `DataCollatorForLanguageModeling`
+(the run_mlm.py recipe), on the same model, the same initial weights and the same token blocks.
+
+The two run interleaved, step by step, in one process (an HF `TrainerCallback` runs one femlm step after each
+HF step), so load from other processes slows both alike. Each side's time is its whole step: HF's includes its
+DataLoader + collator, femlm's its masking. Both use fp32 on CPU (precision=auto), AdamW, linear warmup/decay,
+grad clip 1.0; femlm masks i.i.d. 15% like the collator (mlm_bernoulli) so the losses are comparable.
+
+MFU = model FLOPs/s over the machine's measured fp32 matmul FLOP/s (see femlm/train/flops.py for the formula:
+6*N_enc*tokens + 12*layers*hidden*seq*tokens + 6*N_head*predicted, predicted = masked tokens for femlm's sparse
+head, every token for HF's full head).
+
+Usage: python benchmarks/bench_train.py [--threads 2] [--steps-tiny 24] [--steps-base 8] [--shapes base,tiny]
+The last line is `tokens/s femlm=<a> hf=<b> ratio=<a/b> mfu=<m>` for the tiny shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from femlm.masking import MaskingConfig, build_masker  # noqa: E402
+from femlm.train.config import TrainerConfig  # noqa: E402
+from femlm.train.core import PretrainCore  # noqa: E402
+from femlm.train.flops import flop_counts, measured_matmul_flops  # noqa: E402
+from femlm.train.testing import synthetic_blocks, tiny_tokenizer  # noqa: E402
+
+
+@dataclass
+class Shape:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab: int
+    batch: int
+    seq: int
+
+
+SHAPES = {
+    "base": Shape("bert_base", 12, 768, 12, 3072, 30522, 8, 128),
+    "tiny": Shape("tiny", 4, 256, 4, 1024, 8192, 32, 128),
+}
+LR, WARMUP = 5e-4, 0.1
+
+
+def build_model(shape: Shape) -> torch.nn.Module:
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("bert", vocab_size=shape.vocab, hidden_size=shape.hidden,
+                                  num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                                  intermediate_size=shape.intermediate, max_position_embeddings=512)
+    return AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+
+
+def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,
+                precision: str = "fp32", compile_femlm: bool = False) -> dict[str, float]:
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
+
+    tokenizer = tiny_tokenizer(workdir / f"tok_{shape.name}", words=shape.vocab - 5)
+    assert len(tokenizer) == shape.vocab
+    total = steps + warmup
+    blocks = synthetic_blocks(shape.batch * total * 2, shape.seq, shape.vocab, seed=0)
+    model = build_model(shape)
+    counts = flop_counts(model)
+
+    # (a) femlm: the PretrainCore that run_pretrain drives
+    masker = build_masker(MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15),
+                          tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
+    tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP, precision=precision,
+                         compile=compile_femlm)
+    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, seed=0)
+
+    # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
+    special = [[int(t in (tokenizer.cls_token_id, tokenizer.sep_token_id)) for t in row] for row in blocks.tolist()]
+    dataset = Dataset.from_dict({"input_ids": blocks.tolist(), "special_tokens_mask": special})
+    collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=0.15)
+    log_every = max(1, total // 2)
+    args = TrainingArguments(output_dir=str(workdir / f"hf_{shape.name}"), max_steps=total,
+                             per_device_train_batch_size=shape.batch, learning_rate=LR, weight_decay=0.01,
+                             adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
+                             warmup_steps=int(WARMUP * total), lr_scheduler_type="linear", logging_steps=log_every,
+                             save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
+                             dataloader_num_workers=0, bf16=precision == "bf16")
+    times: dict[str, list[float]] = {"femlm": [], "hf": []}
+    femlm_losses: list[float] = []
+    femlm_predicted: list[int] = []
+
+    class Interleave(TrainerCallback):
+        mark = 0.0
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            self.mark = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            times["hf"].append(time.perf_counter() - self.mark)
+            start = time.perf_counter()
+            stats = core.step(state.global_step)
+            times["femlm"].append(time.perf_counter() - start)
+            femlm_losses.append(stats.loss)
+            femlm_predicted.append(stats.masked_tokens)
+            self.mark = time.perf_counter()
+
+    trainer = Trainer(model=copy.deepcopy(model), args=args, train_dataset=dataset, data_collator=collator,
+                      callbacks=[Interleave()])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # its per-log prints are not part of the comparison
+    trainer.train()
+    hf_losses = [(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r and "step" in r]
+
+    tokens = shape.batch * shape.seq
+    fem_s = sum(times["femlm"][warmup:]) / steps
+    hf_s = sum(times["hf"][warmup:]) / steps
+    predicted = sum(femlm_predicted[warmup:]) / steps
+    fem_flops = counts.per_step(shape.batch, shape.seq, int(predicted)) / fem_s
+    hf_flops = counts.per_step(shape.batch, shape.seq, tokens) / hf_s
+    out = {"femlm": tokens / fem_s, "hf": tokens / hf_s, "mfu": fem_flops / matmul_flops,
+           "hf_mfu": hf_flops / matmul_flops}
+    out["ratio"] = out["femlm"] / out["hf"]
+    prefix = f"[{shape.name} b={shape.batch} L={shape.seq}]"
+    print(f"{prefix} step s femlm={fem_s:.3f} hf={hf_s:.3f} (mean of {steps} after {warmup} warm-up)")
+    start = 0
+    for step, loss in hf_losses:  # HF logs the mean over its logging window; compare the same window
+        mine = sum(femlm_losses[start:step]) / (step - start)
+        print(f"{prefix} loss steps {start + 1}-{step} femlm={mine:.4f} hf={loss:.4f}")
+        start = step
+    print(f"{prefix} model GFLOP/step femlm={counts.per_step(shape.batch, shape.seq, int(predicted)) / 1e9:.1f} "
+          f"hf={counts.per_step(shape.batch, shape.seq, tokens) / 1e9:.1f}; mfu femlm={out['mfu']:.3f} "
+          f"hf={out['hf_mfu']:.3f}")
+    print(f"{prefix} tokens/s femlm={out['femlm']:.0f} hf={out['hf']:.0f} ratio={out['ratio']:.2f} "
+          f"mfu={out['mfu']:.3f}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("FEMLM_BENCH_THREADS", os.cpu_count() or 1)))
+    parser.add_argument("--steps-tiny", type=int, default=24)
+    parser.add_argument("--steps-base", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--shapes", default="base,tiny", help="comma list of base, tiny (tiny is printed last)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="both sides: fp32 (what precision=auto picks on a CPU) or bf16 autocast")
+    parser.add_argument("--compile", action="store_true", help="femlm side with trainer.compile=true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    matmul = measured_matmul_flops("cpu", dtype, n=2048, seconds=3.0)
+    print(f"threads={args.threads} cpus={os.cpu_count()} load1={load:.2f} torch={torch.__version__} "
+          f"precision={args.precision} compile={args.compile} measured {args.precision} matmul "
+          f"{matmul / 1e9:.1f} GFLOP/s")
+    names = [n for n in ("base", "tiny") if n in args.shapes.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            steps = args.steps_tiny if name == "tiny" else args.steps_base
+            results[name] = bench_shape(SHAPES[name], steps, args.warmup, matmul, Path(tmp), args.precision,
+                                        args.compile)
+    last = results[names[-1]]
+    print(f"tokens/s femlm={last['femlm']:.0f} hf={last['hf']:.0f} ratio={last['ratio']:.2f} mfu={last['mfu']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Checkpoints: milestone models (`checkpoints/step_<N>/`, `final/`) and resumable training states.
+
+Layout under `<run>/checkpoints/`:
+  step_<N>/   HF `save_pretrained` model + tokenizer + femlm.json; kept (the efficiency sweep fine-tunes them)
+  final/      the same, at the end of training
+  state_<N>/  state.pt (model, optimizer, scheduler, scaler, step, per-rank RNG states, counters) + meta.json;
+              only the newest `trainer.keep_last` are kept
+
+Every directory is written as `<name>.tmp-<pid>`, fsynced, then renamed with `os.replace`: a run killed at any
+moment leaves either the complete old state or the complete new one, never a torn file. Leftover `.tmp-`
+directories are removed when a run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATE_RE = re.compile(r"^state_(\d+)$")
+STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+def _fsync_tree(path: Path) -> None:
+    """Flush every file and directory under `path` to disk (so the rename publishes durable bytes)."""
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on directories; the rename is still atomic
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_dir(final: Path, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp_dir)`, then publish `tmp_dir` as `final` in one rename."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+        if final.exists():  # e.g. final/ of an earlier, interrupted session: replace it whole
+            old = final.with_name(f"{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def remove_partial(ckpt_dir: Path) -> list[Path]:
+    """Delete `.tmp-`/`.old-` leftovers of a killed writer; returns what was removed."""
+    removed = []
+    if ckpt_dir.is_dir():
+        for path in ckpt_dir.iterdir():
+            if ".tmp-" in path.name or ".old-" in path.name:
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+# ----------------------------------------------------------------------------------------------- milestones
+def save_model(path: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any]) -> Path:
+    """A checkpoint plain transformers can load: `AutoModelForMaskedLM.from_pretrained(path)`."""
+    def write(tmp: Path) -> None:
+        model.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        (tmp / "femlm.json").write_text(json.dumps(info, indent=2) + "\n")
+
+    return atomic_dir(path, write)
+
+
+# ----------------------------------------------------------------------------------------------- RNG
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------------------------- states
+def state_dirs(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """Complete resumable states, oldest first (a `.tmp-` directory never matches)."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STATE_RE.match(p.name)) and p.is_dir()
+             and (p / "state.pt").is_file()]
+    return sorted(found)
+
+
+def milestone_steps(ckpt_dir: Path) -> list[int]:
+    if not ckpt_dir.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in ckpt_dir.iterdir() if (m := STEP_RE.match(p.name)))
+
+
+def save_state(ckpt_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int) -> Path:
+    """Write `state_<step>/` atomically, then drop all but the newest `keep_last` states."""
+    def write(tmp: Path) -> None:
+        torch.save(state, tmp / "state.pt")
+        (tmp / "meta.json").write_text(json.dumps({**meta, "step": step}, indent=2, default=str) + "\n")
+
+    path = atomic_dir(ckpt_dir / f"state_{step}", write)
+    prune_states(ckpt_dir, keep_last)
+    return path
+
+
+def prune_states(ckpt_dir: Path, keep_last: int) -> list[Path]:
+    states = state_dirs(ckpt_dir)
+    doomed = [p for _, p in states[:-keep_last]] if keep_last > 0 else [p for _, p in states]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
+def latest_state(ckpt_dir: Path) -> tuple[int, Path] | None:
+    states = state_dirs(ckpt_dir)
+    return states[-1] if states else None
+
+
+def load_state(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    # weights_only=False: the state holds numpy/python RNG tuples; it is our own file, written by us.
+    return torch.load(path / "state.pt", map_location=map_location, weights_only=False)
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def truncate_metrics(metrics_path: Path, last_step: int) -> int:
+    """Drop records with step > last_step (written after the state we resume from); returns how many."""
+    if not metrics_path.is_file():
+        return 0
+    kept, dropped = [], 0
+    for line in metrics_path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by the kill
+            dropped += 1
+            continue
+        if isinstance(record.get("step"), int) and record["step"] > last_step:
+            dropped += 1
+            continue
+        kept.append(line)
+    tmp = metrics_path.with_name(metrics_path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, metrics_path)
+    return dropped
+
+
+def read_metrics(metrics_path: Path) -> list[dict[str, Any]]:
+    records = []
+    if metrics_path.is_file():
+        for line in metrics_path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records

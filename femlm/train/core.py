@@ -1,0 +1,239 @@
+"""The masked-LM training step shared by `pretrain-scratch`, `continual-pretrain` and the benchmarks.
+
+Step `s` (1-based: the s-th optimizer update) is a pure function of (seed, s, rank) and the weights:
+  * data: global sequence positions [(s-1)*S, s*S) of an endless stream whose epoch e is
+    `randperm(n_blocks)` seeded by (seed, e); rank r takes its 1/W slice. No iterator state to save.
+  * masks: `make_generator(seed, s, rank)`; one masker call per step covers all of the rank's rows, so the
+    masks do not depend on `micro_batch_size`.
+  * loss: token mean over every masked token of the global batch. Micro-batches and ranks return sums,
+    scaled by world_size / (masked tokens of the whole global batch) before backward, so DDP's gradient
+    average and accumulation give exactly that mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from femlm.errors import UserError
+from femlm.masking import make_generator, sequences_per_batch
+from femlm.masking.sampling import mix_seed
+from femlm.train.config import TrainerConfig
+from femlm.train.distributed import DistInfo, all_reduce_sum
+from femlm.train.evaluation import EvalSet
+from femlm.train.model import MaskedLMObjective, param_groups
+
+_SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
+
+
+class NonFiniteLoss(RuntimeError):
+    def __init__(self, step: int, value: float, what: str = "loss") -> None:
+        super().__init__(f"{what} became {value} at step {step}")
+        self.step, self.value, self.what = step, value, what
+
+
+class DataOrder:
+    """Block index of every position of the training stream; epoch e is a permutation seeded by (seed, e)."""
+
+    def __init__(self, n_blocks: int, seed: int) -> None:
+        if n_blocks < 1:
+            raise UserError("no training blocks: the corpus is shorter than one data.block_size block")
+        self.n, self.seed = n_blocks, seed
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def epoch(self, e: int) -> torch.Tensor:
+        if e not in self._cache:
+            if len(self._cache) > 2:
+                self._cache.pop(min(self._cache))
+            gen = torch.Generator().manual_seed(mix_seed(self.seed, e, -1, -1))
+            self._cache[e] = torch.randperm(self.n, generator=gen)
+        return self._cache[e]
+
+    def take(self, start: int, count: int) -> torch.Tensor:
+        positions = torch.arange(start, start + count)
+        epochs, offsets = positions // self.n, positions % self.n
+        out = torch.empty(count, dtype=torch.long)
+        for e in epochs.unique().tolist():
+            sel = epochs == e
+            out[sel] = self.epoch(e)[offsets[sel]]
+        return out
+
+
+@dataclass
+class StepStats:
+    step: int
+    loss: float
+    rows: int  # model rows (masked copies) in the global batch
+    masked_tokens: int  # labelled positions in the global batch
+    grad_norm: float
+    lr: float
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """Autocast dtype (None: fp32). auto: bf16 on GPUs that have it, fp16 on other GPUs, fp32 on CPU."""
+    if precision == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError("trainer.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
+    groups = param_groups(model, tcfg.weight_decay)
+    kwargs: dict[str, Any] = {"lr": tcfg.lr, "betas": tuple(tcfg.betas), "eps": tcfg.eps}
+    try:  # fused: one kernel for all parameters (CUDA, and CPU in recent torch)
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+class PretrainCore:
+    """Model + optimizer + schedule + data order + masker: `step(s)` performs optimizer update s."""
+
+    def __init__(self, model: nn.Module, masker: Any, blocks: torch.Tensor, tcfg: TrainerConfig, seed: int,
+                 dist: DistInfo | None = None, max_steps: int | None = None) -> None:
+        from transformers import get_scheduler
+
+        self.dist = dist or DistInfo()
+        self.device = self.dist.device
+        self.tcfg, self.seed, self.masker = tcfg, seed, masker
+        self.blocks = blocks
+        self.max_steps = max_steps or tcfg.max_steps
+        world, k = self.dist.world_size, masker.num_copies
+        if tcfg.batch_size % world:
+            raise UserError(f"trainer.batch_size={tcfg.batch_size} must be a multiple of the number of processes "
+                            f"({world})")
+        self.rank_rows = tcfg.batch_size // world
+        try:
+            self.rank_sequences = sequences_per_batch(self.rank_rows, k, masker.cfg.equal_compute)
+        except ValueError as err:
+            raise UserError(f"trainer.batch_size={tcfg.batch_size} over {world} process(es): {err}") from None
+        self.step_sequences = self.rank_sequences * world
+        self.rank_model_rows = self.rank_sequences * k  # = rank_rows under equal compute
+        self.micro_rows = tcfg.micro_batch_size or self.rank_model_rows
+        self.order = DataOrder(blocks.shape[0], seed)
+
+        self.objective = MaskedLMObjective(model, sparse=tcfg.sparse_prediction).to(self.device)
+        self.module: nn.Module = self.objective
+        if self.dist.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.module = nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
+        if tcfg.compile:
+            self.module = torch.compile(self.module)
+        self.amp_dtype = resolve_precision(tcfg.precision, self.device)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.optimizer = make_optimizer(self.objective.model, tcfg, self.device)
+        warmup = math.ceil(tcfg.warmup_ratio * self.max_steps)
+        self.scheduler = get_scheduler(_SCHEDULES[tcfg.schedule], self.optimizer, num_warmup_steps=warmup,
+                                       num_training_steps=self.max_steps)
+        self.params = [p for p in self.objective.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------------------------------ batches
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def sequences(self, step: int) -> torch.Tensor:
+        """This rank's unmasked input blocks [rank_sequences, L] for optimizer step `step`."""
+        start = (step - 1) * self.step_sequences + self.dist.rank * self.rank_sequences
+        return self.blocks[self.order.take(start, self.rank_sequences)].long()
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """This rank's masked rows for step `step` (CPU tensors)."""
+        return self.masker(self.sequences(step), None, make_generator(self.seed, step, self.dist.rank, 0))
+
+    def _to_device(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
+        attention = rows["attention_mask"][start:stop]
+        # Full blocks have no padding: no mask lets SDPA take its fastest (mask-free) kernel.
+        attention = None if bool(attention.all()) else attention.to(self.device, non_blocking=True)
+        return (rows["input_ids"][start:stop].to(self.device, non_blocking=True), attention,
+                rows["labels"][start:stop].to(self.device, non_blocking=True))
+
+    # ------------------------------------------------------------------------------------------ training
+    def backward(self, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of the global token-mean loss of `rows` (accumulated in .grad); (loss_sum, count)."""
+        labels = rows["labels"]
+        count = torch.tensor([(labels != -100).sum().item()], dtype=torch.float64, device=self.device)
+        all_reduce_sum(count, self.dist)
+        scale = self.dist.world_size / max(count.item(), 1.0)
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        n = labels.shape[0]
+        chunks = list(range(0, n, self.micro_rows))
+        for i, start in enumerate(chunks):
+            last = i == len(chunks) - 1
+            sync = contextlib.nullcontext() if last or not self.dist.distributed else self._no_sync()
+            with sync:
+                with self.autocast():
+                    loss_sum, _, _ = self.module(*self._to_device(rows, start, start + self.micro_rows))
+                self.scaler.scale(loss_sum * scale).backward()
+            total += loss_sum.detach().double()
+        return total, count
+
+    def _no_sync(self) -> contextlib.AbstractContextManager:
+        module = getattr(self.module, "_orig_mod", self.module)  # through torch.compile's wrapper
+        return module.no_sync()
+
+    def step(self, step: int) -> StepStats:
+        """Optimizer update number `step` (1-based)."""
+        self.objective.train()
+        rows = self.batch(step)
+        loss_sum, count = self.backward(rows)
+        all_reduce_sum(loss_sum, self.dist)
+        loss = loss_sum.item() / max(count.item(), 1.0)
+        if not math.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(step, loss)
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip))
+        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(step, grad_norm, "gradient norm")
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return StepStats(step=step, loss=loss, rows=self.rank_model_rows * self.dist.world_size,
+                         masked_tokens=int(count.item()), grad_norm=grad_norm, lr=lr)
+
+    # ------------------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, eval_set: EvalSet, batch_rows: int | None = None) -> tuple[float, float]:
+        """Held-out (loss, accuracy) over masked tokens; ranks score disjoint shards, sums are all-reduced."""
+        shard = eval_set.shard(self.dist.rank, self.dist.world_size)
+        batch_rows = batch_rows or self.micro_rows
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self.objective.eval()
+        try:
+            rows = {"input_ids": shard.input_ids, "labels": shard.labels,
+                    "attention_mask": torch.ones_like(shard.input_ids)}
+            for start in range(0, len(shard), batch_rows):
+                with self.autocast():
+                    loss_sum, count, correct = self.objective(*self._to_device(rows, start, start + batch_rows),
+                                                              with_accuracy=True)
+                sums += torch.stack([loss_sum.double(), count.double(), correct.double()])
+        finally:
+            self.objective.train()
+        all_reduce_sum(sums, self.dist)
+        loss_sum, count, correct = sums.tolist()
+        return loss_sum / max(count, 1.0), correct / max(count, 1.0)
+
+    # ------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.objective.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.objective.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,159 @@
+"""Exact resume after SIGKILL, refusal to resume a different run, and the NaN stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from femlm.errors import UserError
+from femlm.runs import Run
+from femlm.train import inputs, run_pretrain
+from femlm.train.testing import fake_load_blocks, tiny_config, tiny_tokenizer
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = {"max_steps": 40, "save_every": 5, "eval_every": 5, "log_every": 1, "batch_size": 8, "keep_last": 2}
+
+# The killed run: the same config, each step padded with a short sleep (numerics untouched) so that the
+# kill lands mid-run rather than after the end.
+CHILD = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import torch
+    torch.set_num_threads(1)
+    from femlm.runs import Run
+    from femlm.train import run_pretrain
+    from femlm.train import core
+    from femlm.train.testing import patch_blocks, tiny_config
+    root, settings = Path(sys.argv[1]), eval(sys.argv[2])
+    patch_blocks()
+    step = core.PretrainCore.step
+    def slow_step(self, s):
+        out = step(self, s)
+        time.sleep(0.03)
+        return out
+    core.PretrainCore.step = slow_step
+    cfg = tiny_config(root / "tok", **settings)
+    run = Run(dir=root / "killed", command="pretrain-scratch")
+    run.dir.mkdir(exist_ok=True)
+    run_pretrain(cfg, run)
+""")
+
+
+def curve(run_dir: Path) -> list[tuple]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("eval_loss"), r.get("eval_accuracy")) for r in records]
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
+
+
+@pytest.fixture
+def synthetic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setattr(inputs, "load_blocks", fake_load_blocks())
+    tiny_tokenizer(tmp_path / "tok")
+    return tmp_path
+
+
+def fresh_run(root: Path, name: str) -> Run:
+    run = Run(dir=root / name, command="pretrain-scratch")
+    run.dir.mkdir(exist_ok=True)
+    return run
+
+
+def test_sigkill_then_resume_is_bitwise_identical(synthetic: Path) -> None:
+    root = synthetic
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), repr(SETTINGS)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpt_dir = root / "killed" / "checkpoints"
+    deadline = time.time() + 240
+    while not any(p.name.startswith("state_") and ".tmp-" not in p.name for p in
+                  (ckpt_dir.iterdir() if ckpt_dir.is_dir() else [])):
+        assert child.poll() is None, child.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, "the training subprocess never saved a state"
+        time.sleep(0.01)
+    time.sleep(random.uniform(0.0, 0.6))  # anywhere in the run: mid-step, mid-eval or mid-save
+    assert child.poll() is None, "the run finished before it could be killed"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (ckpt_dir / "final").exists()
+    killed_at = max(int(p.name.split("_")[1].split(".")[0]) for p in ckpt_dir.iterdir()
+                    if p.name.startswith("state_"))
+
+    print(f"killed after state {killed_at}", flush=True)
+    # The uninterrupted reference, in this process (same thread count, same code path).
+    reference = run_pretrain(tiny_config(root / "tok", **SETTINGS), fresh_run(root, "reference"))
+
+    resumed_cfg = tiny_config(root / "tok", resume=str(root / "killed"), **SETTINGS)
+    resumed = run_pretrain(resumed_cfg, Run(dir=root / "killed", command="pretrain-scratch", created=False))
+
+    ref_w, res_w = weights(root / "reference"), weights(root / "killed")
+    assert ref_w.keys() == res_w.keys()
+    for name in ref_w:
+        assert torch.equal(ref_w[name], res_w[name]), f"{name} differs (killed after state {killed_at})"
+    ref_curve, res_curve = curve(root / "reference"), curve(root / "killed")
+    assert res_curve == ref_curve  # same values, no duplicates, no gaps
+    assert resumed["final_eval_loss"] == reference["final_eval_loss"]
+    assert len(list(ckpt_dir.glob("state_*"))) <= SETTINGS["keep_last"]
+    assert not list(ckpt_dir.glob("*.tmp-*"))
+
+
+def test_resume_with_a_different_config_is_refused(synthetic: Path) -> None:
+    run = fresh_run(synthetic, "run")
+    run_pretrain(tiny_config(synthetic / "tok", max_steps=4), run)
+    cfg = tiny_config(synthetic / "tok", max_steps=4, resume=str(run.dir))
+    cfg.masking.splits, cfg.masking.strategy, cfg.masking.name = 4, "fully_explored", "fe_subword"
+    before = (run.dir / "metrics.jsonl").read_text()
+    (run.dir / "config.yaml").write_text("masking:\n  name: fe_subword\n")  # what the CLI's start_run wrote
+    with pytest.raises(UserError, match=r"trainer.resume: masking.name='fe_subword' differs"):
+        run_pretrain(cfg, Run(dir=run.dir, command="pretrain-scratch", created=False))
+    assert (run.dir / "metrics.jsonl").read_text() == before
+    assert "name: mlm_subword" in (run.dir / "config.yaml").read_text()  # the run's own config is back
+
+
+def test_resume_of_a_finished_run_changes_nothing(synthetic: Path) -> None:
+    run = fresh_run(synthetic, "run")
+    first = run_pretrain(tiny_config(synthetic / "tok", max_steps=4, save_every=2), run)
+    before = curve(run.dir)
+    again = run_pretrain(tiny_config(synthetic / "tok", max_steps=4, save_every=2, resume=str(run.dir)),
+                         Run(dir=run.dir, command="pretrain-scratch", created=False))
+    assert curve(run.dir) == before and again["final_eval_loss"] == first["final_eval_loss"]
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_the_last_checkpoint(synthetic: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from femlm.train import core
+
+    backward = core.PretrainCore.backward
+
+    def poisoned(self: core.PretrainCore, rows: dict) -> tuple:
+        loss_sum, count = backward(self, rows)
+        if self.scheduler.last_epoch + 1 == 6:  # the 6th optimizer step
+            loss_sum = loss_sum * float("nan")
+        return loss_sum, count
+
+    monkeypatch.setattr(core.PretrainCore, "backward", poisoned)
+    run = fresh_run(synthetic, "run")
+    with pytest.raises(UserError) as err:
+        run_pretrain(tiny_config(synthetic / "tok", max_steps=10, save_every=4), run)
+    message = str(err.value)
+    assert "\n" not in message and "loss became nan at step 6" in message
+    assert "state_4" in message and "trainer.lr" in message
+    assert not run.created  # the CLI's error handler must not delete the run directory
+    assert (run.dir / "checkpoints" / "state_4" / "state.pt").is_file()
+    assert not (run.dir / "checkpoints" / "final").exists()
+    assert max(r[0] for r in curve(run.dir)) == 5

@@ -1,0 +1,154 @@
+"""`femlm evaluate`: score fine-tuned checkpoints, or sweep a pre-training run's checkpoints.
+
+- ``evaluate.checkpoints=<fine-tuned model dir, or a directory of them>`` (e.g. a finetune run with
+  ``finetune.save_model=true``: its ``seed_<s>/model``): score each on ``evaluate.split`` without training;
+  ``results.json`` holds every checkpoint's scores and their mean ± std.
+- ``evaluate.sweep=true evaluate.checkpoints=<pre-training run dir>``: fine-tune and score every
+  ``checkpoints/step_<N>`` (and ``final``) with ``finetune.seeds``; ``sweep/<name>/results.json`` per
+  checkpoint and ``efficiency.json`` (main metric vs pre-training step) for the efficiency figure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from transformers import DataCollatorWithPadding
+
+from femlm.errors import UserError
+from femlm.eval import finetune as loop
+from femlm.eval import pipeline
+from femlm.eval.inputs import encode, label_spec, split_labels
+from femlm.eval.metrics import majority_label, majority_scores
+from femlm.eval.model import is_finetuned, load_finetuned, load_tokenizer, pick_device, position_limit
+from femlm.eval.results import aggregate, efficiency_point, finite, format_score, write_predictions
+from femlm.runs import git_commit, hardware
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not valid JSON ({err.msg})") from None
+
+
+def find_finetuned(root: Path) -> list[Path]:
+    """``root`` itself when it is a fine-tuned classifier, else every one below it (sorted)."""
+    if not root.exists():
+        raise UserError(f"evaluate.checkpoints={root}: no such file or directory")
+    if is_finetuned(root):
+        return [root]
+    found = sorted(p.parent for p in root.rglob("config.json") if is_finetuned(p.parent))
+    if found:
+        return found
+    if (root / "config.json").is_file():
+        raise UserError(f"evaluate.checkpoints={root}: a pre-training checkpoint (no classifier head); "
+                        "fine-tune it first (femlm finetune) or pass evaluate.sweep=true with its run directory")
+    raise UserError(f"evaluate.checkpoints={root}: no fine-tuned checkpoints in it (save them with "
+                    "finetune.save_model=true)")
+
+
+def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
+    task = cfg.task
+    split = cfg.evaluate.split or task.eval_split
+    root = Path(cfg.evaluate.checkpoints).expanduser()
+    checkpoints = find_finetuned(root)
+    spec = label_spec(task)
+    data = pipeline.load_task(task, cfg.download)
+    if split not in data:
+        raise UserError(f"evaluate.split={split!r} (task {task.name}): the data has splits {', '.join(data)}")
+    device = pick_device(cfg.finetune.device)
+    notes = pipeline.task_data_notes(task, cfg.download)
+    gold = split_labels(data[split], spec, task.name, split)
+    baseline: dict[str, Any] = {}
+    if "train" in data:
+        constant = majority_label(split_labels(data["train"], spec, task.name, "train"), spec.regression)
+        baseline = {"prediction": constant if spec.regression else spec.id2label[constant],
+                    split: majority_scores(task.metric, constant, gold, spec.num_labels)}
+    rows = []
+    for checkpoint in checkpoints:
+        info = _read_json(checkpoint / "femlm.json") or {}
+        tokenizer, _ = load_tokenizer(str(checkpoint), cfg.model.tokenizer, cfg.download)
+        model = load_finetuned(checkpoint, spec, task.name).to(device)
+        limit = position_limit(model.config, tokenizer)
+        # Score with the input length the model was fine-tuned with unless finetune.max_length says otherwise.
+        max_length = min(cfg.finetune.max_length or info.get("max_length") or task.max_length, limit)
+        encoded = encode(data[split], tokenizer, spec, max_length, len(task.text_fields) == 2, task.name, split)
+        if encoded.truncated:
+            notes.append(f"{checkpoint}: {encoded.truncated} of {len(encoded)} {split} examples truncated to "
+                         f"{max_length} tokens")
+        scores, preds = loop.score_split(model, encoded, spec, task.metric, cfg.finetune.eval_batch_size, device,
+                                         DataCollatorWithPadding(tokenizer))
+        name = "checkpoint" if checkpoint == root else str(checkpoint.relative_to(root)).replace("/", "__")
+        if run.is_main:
+            write_predictions(Path(run.dir) / name / "predictions.jsonl", gold, preds,
+                              None if spec.regression else spec.id2label)
+        rows.append({"checkpoint": str(checkpoint), "name": name, "seed": info.get("seed"), "scores": scores,
+                     "finetune": info or None})
+        run.log(event="scored", checkpoint=str(checkpoint), **{f"{split}_{k}": v for k, v in scores.items()})
+    results = {
+        "kind": "evaluate", "task": task.name, "metric": task.metric, "main_metric": task.main_metric,
+        "eval_split": split, "checkpoints": rows, "aggregate": {split: aggregate(r["scores"] for r in rows)},
+        "majority_baseline": baseline, "notes": notes, "hardware": hardware(), "git_commit": git_commit(),
+    }
+    results = finite(results)
+    run.write_json("results.json", results)
+    stats = results["aggregate"][split].get(task.main_metric, {})
+    print(f"{task.name} {split} {task.main_metric} over {len(rows)} checkpoint(s): {format_score(stats)}",
+          flush=True)
+    return results
+
+
+def pretraining_checkpoints(root: Path) -> list[tuple[str, Path, int | None, dict[str, Any] | None]]:
+    """(name, path, step, femlm.json) of every ``step_<N>`` in a pre-training run, by step, then ``final``
+    unless it repeats the last step's weights."""
+    folder = root / "checkpoints" if (root / "checkpoints").is_dir() else root
+    if not folder.is_dir():
+        raise UserError(f"evaluate.checkpoints={root}: no such directory; give a pre-training run directory")
+    found = []
+    for path in folder.iterdir():
+        match = STEP_DIR.match(path.name)
+        if match and (path / "config.json").is_file():
+            found.append((path.name, path, int(match.group(1)), _read_json(path / "femlm.json")))
+    found.sort(key=lambda item: item[2])
+    final = folder / "final"
+    if (final / "config.json").is_file():
+        info = _read_json(final / "femlm.json")
+        step = (info or {}).get("step")
+        if step is None or step not in {item[2] for item in found}:
+            found.append(("final", final, step, info))
+    if not found:
+        raise UserError(f"evaluate.checkpoints={root}: no checkpoints/step_<N> or checkpoints/final with a "
+                        "config.json; give a pre-training run directory")
+    return found
+
+
+def sweep(cfg: Any, run: Any) -> dict[str, Any]:
+    """Fine-tune + score each intermediate checkpoint: the training-efficiency curve (paper Figure 3 left)."""
+    root = Path(cfg.evaluate.checkpoints).expanduser()
+    task = cfg.task
+    payload: dict[str, Any] = {"kind": "efficiency", "task": task.name, "main_metric": task.main_metric,
+                               "eval_split": task.eval_split, "pretrain_run": str(root),
+                               "seeds": list(cfg.finetune.seeds), "points": []}
+    for name, path, step, info in pretraining_checkpoints(root):
+        results = pipeline.finetune_checkpoint(cfg, str(path), Path(run.dir) / "sweep" / name, run,
+                                               extra_log={"checkpoint": name, "pretrain_step": step},
+                                               write_as=f"sweep/{name}/results.json")
+        payload["points"].append(efficiency_point(step, (info or {}).get("masking"), results))
+        payload["majority_baseline"] = results["majority_baseline"].get(task.eval_split, {}).get(task.main_metric)
+        run.write_json("efficiency.json", payload)  # after every point: a stopped sweep keeps what it has
+        print(f"[{name}] {pipeline.summary_line(results)}", flush=True)
+    return payload
+
+
+def run_evaluate(cfg: Any, run: Any) -> dict[str, Any]:
+    if not cfg.finetune.seeds:
+        raise UserError("finetune.seeds=[]: give at least one seed, e.g. finetune.seeds=[1,2,3]")
+    if cfg.evaluate.checkpoints is None:
+        raise UserError("evaluate.checkpoints is not set: give a fine-tuned checkpoint, a directory of them, "
+                        "or a pre-training run directory (with evaluate.sweep=true)")
+    return sweep(cfg, run) if cfg.evaluate.sweep else score_checkpoints(cfg, run)

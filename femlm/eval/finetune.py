@@ -1,0 +1,181 @@
+"""The fine-tuning loop: one short, readable loop for DAPT tasks and GLUE (no HF Trainer).
+
+DAPT protocol (``task.eval_split == "test"``; peers.md §3, ``classifier.jsonnet``): AdamW (betas 0.9/0.98,
+eps 1e-6, weight decay 0.1 except biases and LayerNorm), linear warmup 6% then linear decay (DAPT used
+slanted triangular, which is the same shape), grad-norm clip 1, 10 epochs, batch 16, lr 2e-5, early
+stopping with patience 3 on the dev main metric, and the best dev epoch's weights scored on test.
+GLUE (``eval_split`` dev, or dev_matched for MNLI): the usual BERT recipe from the task config (fixed epochs, no early
+stopping unless the task sets patience, Adam betas 0.9/0.999, eps 1e-8), the final model scored on the eval split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DataCollatorWithPadding, PreTrainedModel, get_scheduler
+
+from femlm.errors import UserError
+from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
+from femlm.eval.metrics import compute_metrics
+
+LogFn = Callable[..., None]
+
+
+@dataclass
+class Recipe:
+    epochs: float
+    lr: float
+    batch_size: int
+    max_length: int
+    patience: int | None
+    warmup_ratio: float
+    weight_decay: float
+    eval_batch_size: int = 64
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    grad_clip: float = 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["betas"] = list(self.betas)
+        return out
+
+
+def make_recipe(task: Any, ft: Any, limit: int) -> tuple[Recipe, list[str]]:
+    """The task's recipe with ``finetune.*`` overrides; ``max_length`` checked against the model."""
+    notes: list[str] = []
+    max_length = ft.max_length if ft.max_length is not None else task.max_length
+    if max_length > limit:
+        if ft.max_length is not None:
+            raise UserError(f"finetune.max_length={ft.max_length}: the model embeds at most {limit} "
+                            f"positions; use finetune.max_length<={limit}")
+        notes.append(f"task.max_length={task.max_length} exceeds the model's {limit} positions: "
+                     f"inputs truncated to {limit} tokens")
+        max_length = limit
+    dapt = task.eval_split == "test"
+    recipe = Recipe(
+        epochs=float(ft.epochs if ft.epochs is not None else task.epochs),
+        lr=float(ft.lr if ft.lr is not None else task.lr),
+        batch_size=int(ft.batch_size if ft.batch_size is not None else task.batch_size),
+        max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
+        weight_decay=float(task.weight_decay), eval_batch_size=int(ft.eval_batch_size),
+        betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8)
+    overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
+    if overridden:
+        notes.append("recipe overridden by finetune." + ", finetune.".join(
+            f"{k}={getattr(ft, k)}" for k in overridden) + f" (task {task.name} recipe: epochs "
+            f"{task.epochs}, lr {task.lr}, batch {task.batch_size}, max_length {task.max_length})")
+    return recipe, notes
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    best_epoch: int
+    epochs_run: int
+    dev: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def autocast(device: torch.device) -> Any:
+    # bf16 on GPUs that have it (no loss scaler needed); fp32 on CPU, where autocast buys nothing.
+    enabled = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+@torch.no_grad()
+def predict(model: PreTrainedModel, data: Encoded, spec: LabelSpec, batch_size: int, device: torch.device,
+            collator: DataCollatorWithPadding) -> list[Any]:
+    """Predictions in file order (label indices, or floats for regression)."""
+    model.eval()
+    out: list[Any] = [None] * len(data)
+    for idx, batch in batches(data, batch_size, collator, shuffle=False, sort_by_length=True):
+        batch.pop("labels", None)
+        with autocast(device):
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
+        values = logits[:, 0].tolist() if spec.regression else logits.argmax(-1).tolist()
+        for i, value in zip(idx, values, strict=True):
+            out[i] = value
+    return out
+
+
+def score_split(model: PreTrainedModel, data: Encoded, spec: LabelSpec, metric: str, batch_size: int,
+                device: torch.device, collator: DataCollatorWithPadding) -> tuple[dict[str, float], list[Any]]:
+    predictions = predict(model, data, spec, batch_size, device, collator)
+    return compute_metrics(metric, data.labels, predictions, num_labels=spec.num_labels), predictions
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """No weight decay on biases and LayerNorm weights (the 1-D tensors), as BERT and DAPT do."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, recipe: Recipe, spec: LabelSpec,
+               metric: str, main_metric: str, seed: int, device: torch.device, collator: DataCollatorWithPadding,
+               log: LogFn, progress: bool = True) -> SeedResult:
+    """Train ``model`` in place. With patience, stop after ``patience`` epochs without a better dev main
+    metric and load the best epoch's weights back (an in-memory state_dict copy); without, keep the last."""
+    if recipe.patience is not None and dev is None:
+        raise UserError("early stopping (task.patience) needs a dev split; this task has none: set "
+                        "task.patience=null")
+    model.to(device)
+    steps_per_epoch = n_batches(len(train), recipe.batch_size)
+    total_steps = max(1, math.ceil(recipe.epochs * steps_per_epoch))
+    n_epochs = math.ceil(total_steps / steps_per_epoch)
+    optimizer = torch.optim.AdamW(param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=recipe.betas,
+                                  eps=recipe.eps)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=round(recipe.warmup_ratio * total_steps),
+                              num_training_steps=total_steps)
+    generator = torch.Generator().manual_seed(seed)
+    result = SeedResult(seed=seed, best_epoch=0, epochs_run=0)
+    best_score, best_state, bad_epochs, step = -math.inf, None, 0, 0
+    for epoch in range(1, n_epochs + 1):
+        model.train()
+        losses: list[float] = []
+        bar = tqdm(batches(train, recipe.batch_size, collator, shuffle=True, generator=generator),
+                   total=min(steps_per_epoch, total_steps - step), desc=f"seed {seed} epoch {epoch}",
+                   disable=not progress, leave=False)
+        for _, batch in bar:
+            with autocast(device):
+                loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            step += 1
+            if step >= total_steps:
+                break
+        result.epochs_run = epoch
+        record: dict[str, Any] = {"seed": seed, "epoch": epoch, "step": step,
+                                  "train_loss": sum(losses) / max(1, len(losses)), "lr": scheduler.get_last_lr()[0]}
+        if dev is not None:
+            scores, _ = score_split(model, dev, spec, metric, recipe.eval_batch_size, device, collator)
+            record.update({f"dev_{k}": v for k, v in scores.items()})
+            if scores[main_metric] > best_score:
+                best_score, bad_epochs, result.best_epoch, result.dev = scores[main_metric], 0, epoch, scores
+                if recipe.patience is not None:
+                    # CPU copy: the best weights must survive later epochs without holding GPU memory.
+                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            else:
+                bad_epochs += 1
+        log(**record)
+        result.history.append(record)
+        if recipe.patience is not None and bad_epochs >= recipe.patience:
+            break
+    if recipe.patience is None:
+        # Fixed-epoch recipe: the final model is the result (selecting on the eval split would be optimistic).
+        result.best_epoch = result.epochs_run
+        result.dev = {k[4:]: v for k, v in result.history[-1].items() if k.startswith("dev_")}
+    elif best_state is not None:
+        model.load_state_dict(best_state)
+    return result

@@ -88,8 +88,9 @@ def prepare(cfg: Any, checkpoint: str) -> Prepared:
         labels = split_labels(train, spec, task.name, "train")
         keep = stratified_subsample(labels, ft.max_train_examples, cfg.seed, spec.regression)
         train = select(train, keep)
+        how = "random" if spec.regression else "stratified by label"
         notes.append(f"train subsampled to {len(keep)} of {full_train} examples (finetune.max_train_examples="
-                     f"{ft.max_train_examples}, stratified by label, seed {cfg.seed}): not the paper's scale")
+                     f"{ft.max_train_examples}, {how}, seed {cfg.seed}): not the paper's scale")
     pair = len(task.text_fields) == 2
     splits = {"train": encode(train, tokenizer, spec, recipe.max_length, pair, task.name, "train")}
     for name in data:  # dev/test; MNLI: dev_matched/dev_mismatched

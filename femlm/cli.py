@@ -8,8 +8,10 @@ for that command. Hydra therefore does what it does best, unchanged: ``-m`` swee
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
+import re
 import secrets
 import sys
 import time
@@ -60,6 +62,10 @@ app = typer.Typer(
          "print the composed config, and --dry-run to validate and plan without training.",
     no_args_is_help=True, add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
 )
+
+
+# Errors of the machine rather than of the input: reported in one line with exit status 1, not a traceback.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -131,8 +137,10 @@ def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
         if not (run_dir / "run.json").is_file():
             fail(f"trainer.resume={value}: not a femlm run directory (no run.json); give a run directory "
                  "or trainer.resume=true")
-    rest = [o for o in overrides if not o.startswith(("trainer.resume=", "hydra.run.dir="))]
-    return [*rest, f"trainer.resume={run_dir}", f"hydra.run.dir={run_dir}"]
+    # hydra.output_subdir=null: the run's .hydra/ keeps the composition that started it (a refused resume must
+    # not overwrite it; config.yaml and run.json record each resumed session).
+    rest = [o for o in overrides if not o.startswith(("trainer.resume=", "hydra.run.dir=", "hydra.output_subdir="))]
+    return [*rest, f"trainer.resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
 
 
 def _compose_all(command: Command, name: str, overrides: list[str], multirun: bool) -> None:
@@ -155,22 +163,77 @@ def _compose_all(command: Command, name: str, overrides: list[str], multirun: bo
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
-                cfg = compose(config_name=command.config_name, overrides=list(job))
+                cfg = compose(config_name=command.config_name, overrides=list(job), return_hydra_config=True)
                 validate(cfg, name)
+                _check_output_dir(cfg, multirun)
     except UserError as err:
         fail(str(err))
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        fail(_hydra_message(err))
+        fail(_hydra_message(err, name))
     finally:
         GlobalHydra.instance().clear()
 
 
-def _hydra_message(err: Exception) -> str:
-    """Hydra's messages span lines (a sentence, then the available options); fold them into one."""
+def _unwritable(path: Path) -> str | None:
+    """Why a directory could not be created at `path` (None: it can): the nearest existing ancestor decides."""
+    path = path.expanduser().absolute()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is not a directory"
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return f"{parent} is not writable"
+            return None
+    return None
+
+
+def _check_output_dir(cfg: Any, multirun: bool) -> None:
+    """Refuse, before Hydra starts, a run directory that cannot be created (Hydra itself would crash with a
+    traceback: it makes the directory before any femlm code runs)."""
+    from omegaconf import OmegaConf
+
+    if int(os.environ.get("RANK", "0")) > 0:
+        return
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        value = OmegaConf.select(cfg, key, default=None)
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} resolves only inside Hydra's run: Hydra checks it then
+        return
+    if value is None:
+        return
+    reason = _unwritable(Path(str(value)))
+    if reason is not None:
+        raise UserError(f"output directory {value}: {reason}; set FEMLM_RUNS or {key} to a writable directory")
+
+
+def _hydra_message(err: Exception, name: str | None = None) -> str:
+    """Hydra's messages span lines (a sentence, then the available options); fold them into one, and say the
+    two common ones (an unknown group option, an unknown key) in femlm's `key=value: problem; allowed` form."""
+    from femlm.config import unknown_key_message
+
+    causes = []
+    cause: BaseException | None = err
+    while cause is not None:
+        causes.append(str(cause))
+        cause = cause.__cause__
     # Hydra sometimes wraps the useful message as the cause of an empty one.
     while not str(err).strip() and err.__cause__ is not None:
         err = err.__cause__
     text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    missing = re.search(r"Could not find '([^']+)/([^'/]+)'\s*Available options in '[^']+':\s*(.*?)\s*"
+                        r"(Config search path|$)", text)
+    if missing:
+        group, option, options = missing.group(1), missing.group(2), missing.group(3).split()
+        where = f" in conf/{group}/" if (CONF_DIR / group).is_dir() else ""
+        return f"{group}={option}: no such option{where}; allowed {', '.join(options) or '(none)'}"
+    override = re.match(r"Could not override '([^']+)'", text)
+    if override and name is not None and any("not in struct" in c for c in causes):
+        return unknown_key_message(name, override.group(1))
+    if override and name is not None and "No match in the defaults list" in text:
+        groups = config_groups(COMMANDS[name].config_name)
+        return (f"{override.group(1)}=...: {name} has no config group {override.group(1)!r}; its groups are "
+                f"{', '.join(groups)} (set a key with key=value)")
+    text = re.sub(r"\s*Config search path:.*$", "", text)
     text = text.replace("To append to your config use +", "to add a new key use +")
     return text or type(err).__name__
 
@@ -206,9 +269,26 @@ def _task(name: str, command: Command) -> Callable[[Any], Any]:
         except UserError as err:
             run.discard()
             fail(str(err))
-        except KeyboardInterrupt:
-            typer.echo(f"femlm: interrupted; the run directory {run.dir} keeps what was saved", err=True)
+        except KeyboardInterrupt as err:
+            # Pre-training finishes the step and saves a state first (femlm.train.loop.StopRequest) and says so.
+            what = f"{err}; " if str(err) else ""
+            then = (f"; continue with trainer.resume={run.dir}" if name in ("pretrain-scratch", "continual-pretrain")
+                    and run.dir.exists() else "")
+            typer.echo(f"femlm: interrupted; {what}the run directory {run.dir} keeps what was saved{then}", err=True)
             raise SystemExit(130) from None
+        except OSError as err:
+            if err.errno not in ENVIRONMENT_ERRNOS:
+                raise
+            # A full disk (or a quota, a read-only remount) is not a bug: one line, the run keeps what it has.
+            run.discard()
+            where = f" writing {err.filename}" if err.filename else ""
+            kept = (f"; the run directory {run.dir} keeps what was saved" if run.dir.exists()
+                    else "")
+            fix = "make the file system writable" if err.errno == errno.EROFS else "free space"
+            then = (f"; {fix}, then continue with trainer.resume={run.dir}" if run.dir.exists()
+                    and name in ("pretrain-scratch", "continual-pretrain") else f"; {fix} and run it again")
+            fail(f"{err.strerror or err}{where} (errno {errno.errorcode.get(err.errno, err.errno)}){kept}{then}",
+                 code=1)
 
     return task
 

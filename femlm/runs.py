@@ -8,6 +8,7 @@ goes, so any tool can read a run that is still going or was killed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -78,6 +79,10 @@ class Run:
     is_main: bool = True
     created: bool = True  # False when continuing an earlier run (resume): never delete it on error
     started: float = field(default_factory=time.time)
+    # Resume: the files start_run rewrote (run.json, config.yaml) as they were, and a digest of metrics.jsonl,
+    # so that a resume refused before it did anything leaves the earlier run exactly as it was.
+    previous: dict[str, bytes | None] = field(default_factory=dict)
+    metrics_digest: str | None = None
 
     @property
     def metrics_path(self) -> Path:
@@ -103,9 +108,28 @@ class Run:
         return path
 
     def discard(self) -> None:
-        """Remove a run directory that a failed start left behind (never an earlier run's)."""
-        if self.created and self.is_main and self.dir.exists():
+        """Remove a run directory that a failed start left behind (never an earlier run's). A resumed run that
+        failed before it logged anything gets its earlier run.json and config.yaml back."""
+        if not self.is_main or not self.dir.exists():
+            return
+        if self.created:
             shutil.rmtree(self.dir, ignore_errors=True)
+        elif self.previous and self.metrics_digest == _digest(self.metrics_path):
+            for name, content in self.previous.items():
+                path = self.dir / name
+                if content is None:
+                    path.unlink(missing_ok=True)
+                    continue
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_bytes(content)
+                os.replace(tmp, path)
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True, resume: bool = False) -> Run:
@@ -127,6 +151,9 @@ def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True
     except OSError as err:
         raise UserError(f"output directory {run_dir} is not writable ({err.strerror}); "
                         "set hydra.run.dir or FEMLM_RUNS to a writable directory") from None
+    if resume and marker.exists():
+        run.previous = {name: (run_dir / name).read_bytes() if (run_dir / name).is_file() else None
+                        for name in (RUN_MARKER, "config.yaml")}
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     info = {"command": command, "argv": sys.argv, "git_commit": git_commit(), "packages": package_versions(),
             "hardware": hardware(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -135,4 +162,5 @@ def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True
         info["resumed_from"] = previous.get("resumed_from", []) + [previous.get("started")]
     run.write_json(RUN_MARKER, info)
     run.metrics_path.touch()
+    run.metrics_digest = _digest(run.metrics_path)
     return run

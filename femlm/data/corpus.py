@@ -26,9 +26,12 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,6 +46,23 @@ from femlm.data.registry import ALIASES, REGISTRY, get_entry
 from femlm.errors import UserError
 
 log = logging.getLogger(__name__)
+# Progress bars only where they help: a split this long takes seconds to tokenize. Below it the bars are
+# noise, and noise on stderr before a one-line UserError (a corpus shorter than one block) breaks the CLI's
+# one-line error contract.
+PROGRESS_DOCUMENTS = 10_000
+
+
+@contextmanager
+def _progress(show: bool) -> Iterator[None]:
+    """datasets' progress bars on (as configured) or off for the duration of the block."""
+    enabled = datasets.is_progress_bar_enabled()
+    if enabled and not show:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if enabled and not show:
+            datasets.enable_progress_bars()
 BLOCKS_FORMAT = 1  # bump when the block layout changes
 READERS_VERSION = 1  # bump when a corpus reader's output changes (invalidates cached blocks)
 
@@ -90,7 +110,8 @@ def load_documents(domain: DomainConfig, download: DownloadConfig, seed: int = 0
     docs = [d for d in dict.fromkeys(d.strip() for d in docs) if d]
     if not docs:
         raise UserError(f"domain {domain.name}: sources {describe_sources(list(domain.sources))} hold no "
-                        "documents (every document is empty)")
+                        "documents (every document is empty); domain.sources needs at least 2 non-empty documents: add text "
+                        "(local .txt: documents separated by blank lines) or other sources")
     if domain.max_documents is not None and len(docs) > domain.max_documents:
         keep = np.sort(np.random.default_rng(seed).choice(len(docs), domain.max_documents, replace=False))
         docs = [docs[i] for i in keep]
@@ -197,11 +218,13 @@ def prepare_blocks(domain: DomainConfig, tokenizer: PreTrainedTokenizerBase, blo
         ds = Dataset.from_dict({"text": texts})
         # One worker per 1,000 documents at most: a process per tiny shard costs more than it saves.
         workers = max(1, min(num_proc, -(-len(texts) // 1000)))
-        tokenized = ds.map(_tokenize, batched=True, batch_size=1000, num_proc=workers if workers > 1 else None,
-                           remove_columns=["text"], fn_kwargs={"tokenizer": tokenizer},
-                           features=Features({"input_ids": List(Value("int32"))}),
-                           new_fingerprint=hashlib.sha256(f"{final.name}-{split}".encode()).hexdigest()[:16],
-                           desc=f"tokenizing {domain.name}/{split}")
+        with _progress(len(texts) >= PROGRESS_DOCUMENTS):
+            tokenized = ds.map(_tokenize, batched=True, batch_size=1000,
+                               num_proc=workers if workers > 1 else None,
+                               remove_columns=["text"], fn_kwargs={"tokenizer": tokenizer},
+                               features=Features({"input_ids": List(Value("int32"))}),
+                               new_fingerprint=hashlib.sha256(f"{final.name}-{split}".encode()).hexdigest()[:16],
+                               desc=f"tokenizing {domain.name}/{split}")
         blocks, tokens, dropped = _blocks(tokenized, block_size)
         out[split] = blocks
         meta[split] = {"documents": len(texts), "tokens": tokens, "blocks": len(blocks), "dropped": dropped}
@@ -219,7 +242,8 @@ def prepare_blocks(domain: DomainConfig, tokenizer: PreTrainedTokenizerBase, blo
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    DatasetDict(out).save_to_disk(str(tmp))
+    with _progress(len(docs) >= PROGRESS_DOCUMENTS):
+        DatasetDict(out).save_to_disk(str(tmp))
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
     try:
         os.rename(tmp, final)

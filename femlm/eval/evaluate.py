@@ -39,7 +39,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def find_finetuned(root: Path) -> list[Path]:
     """``root`` itself when it is a fine-tuned classifier, else every one below it (sorted)."""
     if not root.exists():
-        raise UserError(f"evaluate.checkpoints={root}: no such file or directory")
+        raise UserError(f"evaluate.checkpoints={root}: no such file or directory; give a fine-tuned checkpoint "
+                        "(finetune.save_model=true keeps seed_<s>/model), a directory of them, or a pre-training run "
+                        "directory with evaluate.sweep=true")
     if is_finetuned(root):
         return [root]
     found = sorted(p.parent for p in root.rglob("config.json") if is_finetuned(p.parent))

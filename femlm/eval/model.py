@@ -59,7 +59,8 @@ def resolve_checkpoint(name_or_path: str | None, download: Any = None) -> str:
     if looks_local(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_dir():
-            raise UserError(f"model.name_or_path={name_or_path}: no such checkpoint directory")
+            raise UserError(f"model.name_or_path={name_or_path}: no such checkpoint directory; give a directory "
+                            "holding config.json and weights (e.g. a pre-training run's checkpoints/final) or a Hub id")
         if not (path / "config.json").is_file():
             raise UserError(f"model.name_or_path={name_or_path}: not a checkpoint (no config.json); give a "
                             "save_pretrained directory such as <pretrain run>/checkpoints/final")

@@ -16,26 +16,32 @@ Typical use::
     batch = collator(features)            # input_ids/attention_mask/labels/sequence_index/copy_index
 """
 
-from .collator import MaskingCollator, sequences_per_batch
-from .config import MaskingConfig, MaskingConfigError, MaskingError
-from .maskers import IGNORE_INDEX, Masker, apply_replacement, build_masker
-from .sampling import make_generator, mask_budget, sample_word_spans, truncated_geometric_pmf
-from .words import word_ids_from_starts, word_start_table
+from __future__ import annotations
 
-__all__ = [
-    "IGNORE_INDEX",
-    "Masker",
-    "MaskingCollator",
-    "MaskingConfig",
-    "MaskingConfigError",
-    "MaskingError",
-    "apply_replacement",
-    "build_masker",
-    "make_generator",
-    "mask_budget",
-    "sample_word_spans",
-    "sequences_per_batch",
-    "truncated_geometric_pmf",
-    "word_ids_from_starts",
-    "word_start_table",
-]
+import importlib
+from typing import Any
+
+# Imported lazily: the CLI validates every command line with MaskingConfig, and that must not pull in torch
+# (the collator and maskers do).
+_EXPORTS = {
+    "collator": ("MaskingCollator", "sequences_per_batch"),
+    "config": ("MaskingConfig", "MaskingConfigError", "MaskingError"),
+    "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker"),
+    "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
+    "words": ("word_ids_from_starts", "word_start_table"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'femlm.masking' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

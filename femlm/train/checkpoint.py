@@ -13,6 +13,7 @@ directories are removed when a run resumes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -70,10 +71,35 @@ def atomic_dir(final: Path, write: Callable[[Path], None]) -> Path:
         else:
             os.replace(tmp, final)
         _fsync_dir(final.parent)
+    except Exception as err:
+        full = _out_of_space(err, tmp)  # measured before the partial copy is removed
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full and not isinstance(err, OSError):
+            # safetensors and torch.save report a full disk in their own words (torch.save: "unexpected pos"):
+            # say it as the OSError it is, so the CLI reports it in one line and the run can be resumed.
+            raise OSError(errno.ENOSPC, "No space left on device", str(final)) from err
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+# Less free space than this after a failed write: the disk filled up.
+FULL_BELOW_BYTES = 1 << 20
+
+
+def _out_of_space(err: BaseException, path: Path) -> bool:
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    if any(sign in text for sign in ("No space left on device", "os error 28", "Disk quota exceeded",
+                                     "os error 122")):
+        return True
+    try:
+        return shutil.disk_usage(path).free < FULL_BELOW_BYTES
+    except OSError:
+        return False
 
 
 def remove_partial(ckpt_dir: Path) -> list[Path]:

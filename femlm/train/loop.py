@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import random
+import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -28,6 +30,7 @@ from femlm.train import inputs
 from femlm.train.core import NonFiniteLoss, PretrainCore
 from femlm.train.distributed import (
     DistInfo,
+    all_reduce_sum,
     broadcast_object,
     cleanup,
     gather_objects,
@@ -41,6 +44,44 @@ from femlm.train.tracking import Wandb, plot_loss_curve, progress_bar
 
 class TrainingDiverged(UserError):
     """The loss (or gradient norm) stopped being finite: the run stops and keeps its last good checkpoint."""
+
+
+class StopRequest:
+    """Ctrl-C during training: finish the current optimizer step, save a state, then raise KeyboardInterrupt.
+
+    A second Ctrl-C stops at once (the newest complete state is then the last one saved). Only installed in the
+    main thread and when SIGINT has Python's default handler (never over a handler someone else set, nor over
+    SIG_IGN). Under DDP the ranks agree each step (one scalar all-reduce), so they all stop after the same step
+    and take part in the same save.
+    """
+
+    def __init__(self, dist: DistInfo) -> None:
+        self.dist, self.requested = dist, False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopRequest:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def agreed(self) -> bool:
+        """Whether any rank was interrupted."""
+        if not self.dist.distributed:
+            return self.requested
+        flag = torch.tensor([1.0 if self.requested else 0.0], device=self.dist.device)
+        all_reduce_sum(flag, self.dist)
+        return bool(flag.item() > 0)
 
 
 def _resume_requested(value: str | None) -> bool:
@@ -134,7 +175,9 @@ def _pretrain(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
 
     last_good = ckpt.latest_state(ckpt_dir) if main else None
     status = 1
+    stop = StopRequest(dist)
     try:
+        stop.__enter__()
         if start == 0:
             evaluate(0)
         window_tokens, window_s = 0, 0.0
@@ -163,14 +206,23 @@ def _pretrain(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                 log({"step": step, **gradient_variance(core, step, probe.remasks, list(probe.parameters))})
             if step % tcfg.eval_every == 0 or step == tcfg.max_steps:
                 evaluate(step)
-            if step % tcfg.save_every == 0 or step == tcfg.max_steps:
+            saved = step % tcfg.save_every == 0 or step == tcfg.max_steps
+            if saved:
                 last_good = _save(cfg, run_dir, core, tokenizer, init_from, step, tokens_seen, train_s, dist,
                                   milestone=step % tcfg.save_every == 0) or last_good
+            if step < tcfg.max_steps and stop.agreed():
+                if not saved:
+                    last_good = _save(cfg, run_dir, core, tokenizer, init_from, step, tokens_seen, train_s, dist,
+                                      milestone=False) or last_good
+                bar.close()
+                raise KeyboardInterrupt(f"stopped after step {step} of {tcfg.max_steps}; state saved at step {step}")
+        stop.__exit__()
         bar.close()
         summary = _finish(cfg, run, run_dir, core, tokenizer, init_from, tokens_seen, train_s, dist)
         status = 0
         return summary
     finally:
+        stop.__exit__()
         bar.close()
         wandb.finish(exit_code=status)
 

@@ -12,9 +12,10 @@ a fraction of the head's FLOPs and memory (the [B*L, V] logits never exist).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +90,17 @@ def load_checkpoint_model(name_or_path: str, attn_implementation: str, offline: 
         raise UserError(f"{key}: could not fetch this Hub id (offline?); give a local checkpoint directory "
                         "(e.g. a pretrain-scratch run's checkpoints/final) or set init=scratch") from None
     archs = list(getattr(config, "architectures", None) or [])
+    heads = [a for a in archs if a.endswith(_HEAD_ONLY_ARCHS)]
+    if archs and len(heads) == len(archs):  # known before any weight is read
+        raise UserError(f"{key}: a {heads[0]} checkpoint; pre-training needs a masked-LM checkpoint (e.g. "
+                        "checkpoints/final of a pre-training run), not a fine-tuned classifier")
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(
-            source, config=config, attn_implementation=attn_implementation, local_files_only=offline,
-            output_loading_info=True)
+        # transformers prints a many-line load report for missing/unexpected keys; femlm decides below what
+        # matters (a missing MLM head is an error) and says the rest in one warning.
+        with _quiet_transformers():
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                source, config=config, attn_implementation=attn_implementation, local_files_only=offline,
+                output_loading_info=True)
     except ValueError as err:  # no masked-LM class for this model type
         raise UserError(f"{key}: {config.model_type} checkpoint has no masked-LM head class "
                         f"({str(err).splitlines()[0]})") from None
@@ -110,7 +118,24 @@ def load_checkpoint_model(name_or_path: str, attn_implementation: str, offline: 
         what = f"a {kind} checkpoint" if kind else "a checkpoint without masked-LM head weights"
         raise UserError(f"{key}: {what} (missing {missing[0]}); pre-training needs a masked-LM checkpoint "
                         "(e.g. checkpoints/final of a pre-training run), not a fine-tuned classifier")
+    fresh = list(info.get("missing_keys", []))
+    unused = list(info.get("unexpected_keys", []))
+    if fresh or unused:
+        warnings.warn(f"{key}: {len(fresh)} parameter(s) newly initialized (e.g. {fresh[:2]}), {len(unused)} "
+                      f"unused (e.g. {unused[:2]})", stacklevel=2)
     return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def build_scratch_model(model_cfg: Any, tokenizer: Any, download: Any, attn_implementation: str) -> nn.Module:

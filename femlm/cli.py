@@ -140,7 +140,24 @@ def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
     # hydra.output_subdir=null: the run's .hydra/ keeps the composition that started it (a refused resume must
     # not overwrite it; config.yaml and run.json record each resumed session).
     rest = [o for o in overrides if not o.startswith(("trainer.resume=", "hydra.run.dir=", "hydra.output_subdir="))]
-    return [*rest, f"trainer.resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    return [*_saved_overrides(run_dir, rest), *rest, f"trainer.resume={run_dir}", f"hydra.run.dir={run_dir}",
+            "hydra.output_subdir=null"]
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _saved_overrides(run_dir: Path, new: list[str]) -> list[str]:
+    """The overrides that started `run_dir`, so `trainer.resume=DIR` alone recomposes the same config.
+
+    Keys given again on this command line win (e.g. a longer trainer.max_steps)."""
+    saved_file = run_dir / ".hydra" / "overrides.yaml"
+    if not saved_file.is_file():
+        return []
+    saved = yaml.safe_load(saved_file.read_text()) or []
+    skip = {_override_key(o) for o in new} | {"trainer.resume", "hydra.run.dir", "hydra.output_subdir", "dry_run"}
+    return [o for o in saved if _override_key(o) not in skip and not o.startswith("hydra/")]
 
 
 def _compose_all(command: Command, name: str, overrides: list[str], multirun: bool) -> None:

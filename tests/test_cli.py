@@ -127,3 +127,14 @@ def test_bad_value_in_sweep_is_caught_before_any_job(cli, tmp_path: Path):
 def test_resume_requires_a_run_directory(cli, tmp_path: Path):
     result = cli("pretrain-scratch", "--dry-run", f"trainer.resume={tmp_path / 'nowhere'}")
     assert_one_line_error(result, "trainer.resume")
+
+
+def test_resume_by_directory_reuses_the_runs_overrides(cli, tmp_path: Path):
+    assert cli("pretrain-scratch", "--dry-run", "preset=tiny", "masking=mlm_subword").code == 0
+    (run_dir,) = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
+    result = cli("pretrain-scratch", "--dry-run", f"trainer.resume={run_dir}", "trainer.max_steps=7")
+    assert result.code == 0, result.stderr
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert cfg["masking"]["name"] == "mlm_subword" and cfg["model"]["name"] == "tiny"
+    assert cfg["trainer"]["max_steps"] == 7
+    assert len([p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]) == 1

@@ -5,8 +5,10 @@ and the check that a resumed run is the same run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -66,13 +68,35 @@ def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:
         return load_tokenizer(cfg.model.tokenizer, cfg.download)
     out = run_dir / "tokenizer"
     if dist.is_main and not (out / "tokenizer_config.json").is_file():
-        from femlm.data.corpus import load_documents
-        from femlm.data.tokenizer import train_wordpiece
-
-        documents = load_documents(cfg.domain, cfg.download, cfg.seed)
-        train_wordpiece(documents, cfg.model.vocab_size, out)
+        shutil.copytree(shared_wordpiece(cfg), out)
     barrier(dist)
     return load_tokenizer(str(out), cfg.download)
+
+
+def shared_wordpiece(cfg: Any) -> Path:
+    """A WordPiece vocabulary trained once per (documents, vocab size) in the cache and shared by every run.
+
+    The `tokenizers` trainer breaks frequency ties in hash-map order, which differs between processes, so two
+    runs training on the same text get slightly different vocabularies; arms of one experiment (MLM vs FE-MLM)
+    must share one, or their losses and blocks are not comparable."""
+    from femlm.data.corpus import load_documents
+    from femlm.data.tokenizer import train_wordpiece
+
+    documents = load_documents(cfg.domain, cfg.download, cfg.seed)
+    digest = hashlib.sha256()
+    for doc in documents:
+        digest.update(doc.encode("utf-8", "surrogatepass") + b"\0")
+    key = f"wordpiece-v{cfg.model.vocab_size}-{digest.hexdigest()[:16]}"
+    cached = cfg.download.cache_path() / "tokenizers" / key
+    if not (cached / "tokenizer_config.json").is_file():
+        tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        train_wordpiece(documents, cfg.model.vocab_size, tmp)
+        try:
+            os.replace(tmp, cached)
+        except OSError:  # another run finished first: use its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cached
 
 
 # ----------------------------------------------------------------------------------------------- data

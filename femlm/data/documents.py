@@ -9,29 +9,17 @@ from __future__ import annotations
 
 import csv
 import html
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
-from femlm.data.readers import read_semeval_articles, resolve_hyperpartisan_splits
+from femlm.data.readers import iter_jsonl, read_semeval_articles, resolve_hyperpartisan_splits
 from femlm.errors import UserError
 
 
 def _jsonl(path: Path) -> list[dict]:
-    out = []
     with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno})") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            out.append(obj)
-    return out
+        return [obj for _, obj in iter_jsonl(handle, path, "the corpus's fields")]
 
 
 def _squash(text: str) -> str:

@@ -42,7 +42,7 @@ from typing import Any, TextIO
 
 from femlm.data.config import TaskConfig
 from femlm.data.fetch import sha256_file
-from femlm.data.readers import Rows
+from femlm.data.readers import Rows, iter_jsonl
 from femlm.data.registry import ALIASES, REGISTRY
 from femlm.errors import UserError
 
@@ -146,17 +146,7 @@ def _txt_documents(path: Path) -> list[str]:
 def _jsonl_documents(path: Path) -> list[str]:
     docs: list[str] = []
     with _reading(path) as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno}); each "
-                                'line must be one object with a "text" field') from None
-            if not isinstance(obj, dict):
-                raise UserError(f'{path}:{lineno}: expected a JSON object with a "text" field, got '
-                                f"{type(obj).__name__}")
+        for lineno, obj in iter_jsonl(handle, path, 'a "text" field'):
             if "text" not in obj:
                 raise UserError(f'{path}:{lineno}: no "text" field; the object has keys {_keys(obj)}')
             text = obj["text"]
@@ -247,17 +237,7 @@ def _need_text(value: Any, path: Path, lineno: int, name: str) -> str:
 def _task_jsonl(path: Path, fields: list[str]) -> Rows:
     rows = Rows(path)
     with _reading(path) as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno}); each "
-                                f"line must be one object with {fields} and 'label'") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object with {fields} and 'label', got "
-                                f"{type(obj).__name__}")
+        for lineno, obj in iter_jsonl(handle, path, f"{fields} and 'label'"):
             for name in (*fields, "label"):
                 if name not in obj:
                     raise UserError(f"{path}:{lineno}: missing field {name!r} (task.text_fields={fields}, plus "

@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,19 +48,28 @@ def _nonempty(rows: Rows, what: str) -> Rows:
     return rows
 
 
+def iter_jsonl(handle: Iterable[str], path: Path, expect: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-empty line; a line that is not a JSON object is a UserError naming
+    ``path:line`` and what each line must hold (``expect``)."""
+    for lineno, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno}); each line "
+                            f"must be one object with {expect}") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{path}:{lineno}: expected a JSON object with {expect}, got {type(obj).__name__}")
+        yield lineno, obj
+
+
 def read_dapt_jsonl(path: Path) -> Rows:
     """One JSON object per line with "text" and "label" (DAPT / SciBERT format; other keys ignored)."""
     rows = Rows(path)
     with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{lineno}: malformed JSON ({err.msg} at column {err.colno}); "
-                                'each line must be one object with "text" and "label"') from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or "label" not in obj:
+        for lineno, obj in iter_jsonl(handle, path, '"text" and "label"'):
+            if not isinstance(obj.get("text"), str) or "label" not in obj:
                 raise UserError(f'{path}:{lineno}: expected an object with a string "text" and a "label", '
                                 f"got {str(obj)[:80]!r}")
             rows.add(obj["text"], None, str(obj["label"]), lineno)

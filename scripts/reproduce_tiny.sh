@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's pipeline at tiny scale, on CPU, offline, in about 30 minutes on 2 cores (experiment "tiny",
+# The paper's pipeline at tiny scale, on CPU, offline, in about 45 minutes on 2 cores (experiment "tiny",
 # conf/experiment/tiny.yaml):
 #   1. verify the local data mirror (femlm download, offline)                               ~1 min
 #   2. pre-train a tiny BERT from scratch on the general corpus with MLM (mlm_subword),

@@ -95,11 +95,9 @@ def load_sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
 
 
 def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"analysis.device={name}: no CUDA device is visible; use cpu or auto")
-    return torch.device(name)
+    from femlm.train.distributed import pick_device
+
+    return pick_device(name, key="analysis.device")
 
 
 # ---------------------------------------------------------------------------------------------- outputs

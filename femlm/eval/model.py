@@ -167,8 +167,6 @@ def load_finetuned(checkpoint: Path, spec: LabelSpec, task_name: str) -> PreTrai
 
 
 def pick_device(setting: str) -> torch.device:
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if setting.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"finetune.device={setting}: no CUDA device here; use auto or cpu")
-    return torch.device(setting)
+    from femlm.train.distributed import pick_device as pick
+
+    return pick(setting, key="finetune.device")

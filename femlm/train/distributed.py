@@ -36,12 +36,12 @@ class DistInfo:
         return self.world_size > 1
 
 
-def pick_device(preference: str, local_rank: int = 0) -> torch.device:
-    """`auto`: the local rank's GPU when there is one, else the CPU."""
+def pick_device(preference: str, local_rank: int = 0, key: str = "trainer.device") -> torch.device:
+    """`auto`: the local rank's GPU when there is one, else the CPU. `key` names the setting in errors."""
     if preference == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if preference.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"trainer.device={preference!r} but no CUDA device is visible; use trainer.device=auto or cpu")
+        raise UserError(f"{key}={preference!r} but no CUDA device is visible; use {key}=auto or cpu")
     if preference == "cuda":
         return torch.device(f"cuda:{local_rank}")
     return torch.device(preference)

@@ -3,12 +3,16 @@
 
 The two run interleaved, step by step, in one process (an HF `TrainerCallback` runs one femlm step after each
 HF step), so load from other processes slows both alike. Each side's time is its whole step: HF's includes its
-DataLoader + collator, femlm's its masking. Both use fp32 on CPU (precision=auto), AdamW, linear warmup/decay,
-grad clip 1.0; femlm masks i.i.d. 15% like the collator (mlm_bernoulli) so the losses are comparable.
+DataLoader + collator, femlm's its masking. Both use fp32 (--precision bf16: both bf16 autocast; femlm's
+trainer.precision=auto picks bf16 on CPUs with AMX, HF's Trainer stays fp32 unless told), AdamW, linear
+warmup/decay, grad clip 1.0; femlm masks i.i.d. 15% like the collator (mlm_bernoulli) so the losses are comparable.
 
-MFU = model FLOPs/s over the machine's measured fp32 matmul FLOP/s (see femlm/train/flops.py for the formula:
-6*N_enc*tokens + 12*layers*hidden*seq*tokens + 6*N_head*predicted, predicted = masked tokens for femlm's sparse
-head, every token for HF's full head).
+MFU (PaLM's definition) = tokens/s x model FLOPs per token / the machine's measured matmul FLOP/s, with ONE
+model-FLOPs figure for both sides: the work the MLM objective defines, i.e. the dense encoder at every token
+plus the MLM head at the masked tokens (femlm/train/flops.py: 6*N_enc*tokens + 12*layers*hidden*seq*tokens +
+6*N_head*predicted). HF's head at unmasked positions and the part of femlm's last layer it skips are not
+counted, so the MFU ratio is the throughput ratio. HFU (hardware FLOPs utilisation) counts what each side
+executes instead: HF's full head at every token; femlm's sparse head and sparse last layer.
 
 Usage: python benchmarks/bench_train.py [--threads 2] [--steps-tiny 24] [--steps-base 8] [--shapes base,tiny30k,tiny]
 The last line is `tokens/s femlm=<a> hf=<b> ratio=<a/b> mfu=<m>` for the tiny shape.
@@ -130,10 +134,13 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     fem_s = sum(times["femlm"][warmup:]) / steps
     hf_s = sum(times["hf"][warmup:]) / steps
     predicted = sum(femlm_predicted[warmup:]) / steps
-    fem_flops = counts.per_step(shape.batch, shape.seq, int(predicted)) / fem_s
-    hf_flops = counts.per_step(shape.batch, shape.seq, tokens) / hf_s
-    out = {"femlm": tokens / fem_s, "hf": tokens / hf_s, "mfu": fem_flops / matmul_flops,
-           "hf_mfu": hf_flops / matmul_flops}
+    sparse_last = core.objective.last_layer is not None
+    model_flops = counts.per_step(shape.batch, shape.seq, int(predicted))  # the same for both sides
+    fem_executed = counts.per_step(shape.batch, shape.seq, int(predicted), sparse_last_layer=sparse_last)
+    hf_executed = counts.per_step(shape.batch, shape.seq, tokens)
+    out = {"femlm": tokens / fem_s, "hf": tokens / hf_s, "mfu": model_flops / fem_s / matmul_flops,
+           "hf_mfu": model_flops / hf_s / matmul_flops, "hfu": fem_executed / fem_s / matmul_flops,
+           "hf_hfu": hf_executed / hf_s / matmul_flops}
     out["ratio"] = out["femlm"] / out["hf"]
     prefix = f"[{shape.name} b={shape.batch} L={shape.seq}]"
     print(f"{prefix} step s femlm={fem_s:.3f} hf={hf_s:.3f} (mean of {steps} after {warmup} warm-up)")
@@ -142,9 +149,9 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
         mine = sum(femlm_losses[start:step]) / (step - start)
         print(f"{prefix} loss steps {start + 1}-{step} femlm={mine:.4f} hf={loss:.4f}")
         start = step
-    print(f"{prefix} model GFLOP/step femlm={counts.per_step(shape.batch, shape.seq, int(predicted)) / 1e9:.1f} "
-          f"hf={counts.per_step(shape.batch, shape.seq, tokens) / 1e9:.1f}; mfu femlm={out['mfu']:.3f} "
-          f"hf={out['hf_mfu']:.3f}")
+    print(f"{prefix} GFLOP/step model={model_flops / 1e9:.1f} executed femlm={fem_executed / 1e9:.1f} "
+          f"hf={hf_executed / 1e9:.1f}; mfu femlm={out['mfu']:.3f} hf={out['hf_mfu']:.3f}; "
+          f"hfu femlm={out['hfu']:.3f} hf={out['hf_hfu']:.3f}")
     print(f"{prefix} tokens/s femlm={out['femlm']:.0f} hf={out['hf']:.0f} ratio={out['ratio']:.2f} "
           f"mfu={out['mfu']:.3f}", flush=True)
     return out
@@ -159,7 +166,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="base,tiny30k,tiny",
                         help="comma list of base, tiny30k, tiny (tiny is printed last)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="both sides: fp32 (what precision=auto picks on a CPU) or bf16 autocast")
+                        help="both sides: fp32 or bf16 autocast (femlm's auto picks bf16 on AMX CPUs)")
     parser.add_argument("--compile", action="store_true", help="femlm side with trainer.compile=true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -43,7 +43,7 @@ def global_batch() -> dict[str, torch.Tensor]:
 
 def core_for(info: DistInfo, micro: int | None) -> PretrainCore:
     masker = build_masker(MaskingConfig(), 4, VOCAB, [0, 2, 3])
-    tcfg = TrainerConfig(batch_size=8, micro_batch_size=micro, max_steps=4)
+    tcfg = TrainerConfig(batch_size=8, micro_batch_size=micro, max_steps=4, precision="fp32")  # exact comparison
     return PretrainCore(tiny_model(), masker, synthetic_blocks(16, 24, VOCAB), tcfg, seed=0, dist=info)
 
 

@@ -49,13 +49,18 @@ def masked_batch(vocab: int = 99) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return ids, attention, labels
 
 
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("model_type", sorted(ARCHS))
-def test_sparse_loss_and_gradients_equal_hf_full_loss(model_type: str) -> None:
+def test_sparse_loss_and_gradients_equal_hf_full_loss(model_type: str, attn: str) -> None:
     model = make_model(model_type)
+    model.config._attn_implementation = attn
     model.eval()  # no dropout: both paths must see the same network
     ids, attention, labels = masked_batch()
+    labels[2] = -100  # a row without labels: the sparse last layer packs no query for it
     objective = MaskedLMObjective(model, sparse=True)
     assert objective.sparse and find_mlm_head(model) is not None
+    # BERT and RoBERTa also run their last layer at the labelled rows only; DistilBERT keeps it dense.
+    assert (objective.last_layer is not None) == (model_type != "distilbert")
 
     full = model(input_ids=ids, attention_mask=attention, labels=labels).loss
     full.backward()
@@ -181,3 +186,31 @@ def test_fe_masking_accumulation_and_variance_probe(tmp_path: Path, monkeypatch:
     assert len(probes) == 2 and all(r["probe_grad_var"] > 0 and r["probe_remasks"] == 4 for r in probes)
     assert probes[0]["probe_params"] < sum(p.numel() for p in AutoModelForMaskedLM.from_pretrained(
         tmp_path / "run" / "checkpoints" / "final").parameters())
+
+
+def test_precision_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from femlm.errors import UserError
+    from femlm.train import distributed
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(distributed, "cpu_has_fast_bf16", lambda: True)
+    assert distributed.pick_precision("auto", cpu) == torch.bfloat16
+    monkeypatch.setattr(distributed, "cpu_has_fast_bf16", lambda: False)
+    assert distributed.pick_precision("auto", cpu) is None
+    assert distributed.pick_precision("bf16", cpu) == torch.bfloat16
+    assert distributed.pick_precision("fp32", cpu) is None
+    with pytest.raises(UserError, match="finetune.precision=fp16 needs a CUDA device"):
+        distributed.pick_precision("fp16", cpu, "finetune.precision")
+
+
+def test_sparse_last_layer_trains_under_bf16_autocast() -> None:
+    model = make_model("bert")
+    model.train()
+    ids, attention, labels = masked_batch()
+    objective = MaskedLMObjective(model, sparse=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss_sum, count, _ = objective(ids, attention, labels)
+    (loss_sum / count).backward()
+    assert torch.isfinite(loss_sum) and loss_sum.dtype == torch.float32
+    last = objective.last_layer
+    assert last is not None and all(p.grad is not None for p in last.parameters())

@@ -20,6 +20,7 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     save_model: bool = False  # keep seed_<s>/model (save_pretrained) so `femlm evaluate` can score it
     device: str = "auto"  # auto: CUDA when present, else CPU
+    precision: str = "auto"  # auto: bf16 autocast on GPUs that have it and CPUs with AMX, else fp32
     threads: int | None = None  # torch CPU threads (None: torch's default)
 
     def validate(self) -> None:
@@ -40,6 +41,8 @@ class FinetuneConfig:
             raise UserError(f"finetune.lr={self.lr}: must be positive, or null for the task's recipe")
         if self.eval_batch_size < 1:
             raise UserError(f"finetune.eval_batch_size={self.eval_batch_size}: must be at least 1")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise UserError(f"finetune.precision={self.precision!r}: allowed auto, fp32, bf16")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"finetune.device={self.device!r}: allowed auto, cpu, cuda, cuda:N")
 

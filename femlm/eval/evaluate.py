@@ -25,6 +25,7 @@ from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.model import is_finetuned, load_finetuned, load_tokenizer, pick_device, position_limit
 from femlm.eval.results import aggregate, efficiency_point, finite, format_score, write_predictions
 from femlm.runs import git_commit, hardware
+from femlm.train.distributed import pick_precision
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -83,8 +84,9 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
         if encoded.truncated:
             notes.append(f"{checkpoint}: {encoded.truncated} of {len(encoded)} {split} examples truncated to "
                          f"{max_length} tokens")
+        precision = loop.precision_name(pick_precision(cfg.finetune.precision, device, "finetune.precision"))
         scores, preds = loop.score_split(model, encoded, spec, task.metric, cfg.finetune.eval_batch_size, device,
-                                         DataCollatorWithPadding(tokenizer))
+                                         DataCollatorWithPadding(tokenizer), precision)
         name = "checkpoint" if checkpoint == root else str(checkpoint.relative_to(root)).replace("/", "__")
         if run.is_main:
             write_predictions(Path(run.dir) / name / "predictions.jsonl", gold, preds,

@@ -22,6 +22,7 @@ from transformers import DataCollatorWithPadding, PreTrainedModel, get_scheduler
 from femlm.errors import UserError
 from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
 from femlm.eval.metrics import compute_metrics
+from femlm.train.distributed import pick_precision
 
 LogFn = Callable[..., None]
 
@@ -39,6 +40,7 @@ class Recipe:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-6
     grad_clip: float = 1.0
+    precision: str = "fp32"  # autocast dtype actually used: fp32 or bf16 (finetune.precision, resolved)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -46,8 +48,9 @@ class Recipe:
         return out
 
 
-def make_recipe(task: Any, ft: Any, limit: int) -> tuple[Recipe, list[str]]:
-    """The task's recipe with ``finetune.*`` overrides; ``max_length`` checked against the model."""
+def make_recipe(task: Any, ft: Any, limit: int, device: torch.device | None = None) -> tuple[Recipe, list[str]]:
+    """The task's recipe with ``finetune.*`` overrides; ``max_length`` checked against the model;
+    ``finetune.precision`` resolved for ``device``."""
     notes: list[str] = []
     max_length = ft.max_length if ft.max_length is not None else task.max_length
     if max_length > limit:
@@ -64,7 +67,9 @@ def make_recipe(task: Any, ft: Any, limit: int) -> tuple[Recipe, list[str]]:
         batch_size=int(ft.batch_size if ft.batch_size is not None else task.batch_size),
         max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
         weight_decay=float(task.weight_decay), eval_batch_size=int(ft.eval_batch_size),
-        betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8)
+        betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8,
+        precision=precision_name(pick_precision(getattr(ft, "precision", "auto"), device or torch.device("cpu"),
+                                                "finetune.precision")))
     overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
     if overridden:
         notes.append("recipe overridden by finetune." + ", finetune.".join(
@@ -82,21 +87,26 @@ class SeedResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def autocast(device: torch.device) -> Any:
-    # bf16 on GPUs that have it (no loss scaler needed); fp32 on CPU, where autocast buys nothing.
-    enabled = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+def precision_name(dtype: torch.dtype | None) -> str:
+    if dtype == torch.float16:  # fine-tuning has no loss scaler; bf16 needs none
+        raise UserError("finetune.precision: fp16 is not supported for fine-tuning; use auto, bf16 or fp32")
+    return "bf16" if dtype == torch.bfloat16 else "fp32"
+
+
+def autocast(device: torch.device, precision: str) -> Any:
+    """bf16 autocast (GPUs that have it, CPUs with AMX; see pick_precision) or plain fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @torch.no_grad()
 def predict(model: PreTrainedModel, data: Encoded, spec: LabelSpec, batch_size: int, device: torch.device,
-            collator: DataCollatorWithPadding) -> list[Any]:
+            collator: DataCollatorWithPadding, precision: str = "fp32") -> list[Any]:
     """Predictions in file order (label indices, or floats for regression)."""
     model.eval()
     out: list[Any] = [None] * len(data)
     for idx, batch in batches(data, batch_size, collator, shuffle=False, sort_by_length=True):
         batch.pop("labels", None)
-        with autocast(device):
+        with autocast(device, precision):
             logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
         values = logits[:, 0].tolist() if spec.regression else logits.argmax(-1).tolist()
         for i, value in zip(idx, values, strict=True):
@@ -105,8 +115,9 @@ def predict(model: PreTrainedModel, data: Encoded, spec: LabelSpec, batch_size: 
 
 
 def score_split(model: PreTrainedModel, data: Encoded, spec: LabelSpec, metric: str, batch_size: int,
-                device: torch.device, collator: DataCollatorWithPadding) -> tuple[dict[str, float], list[Any]]:
-    predictions = predict(model, data, spec, batch_size, device, collator)
+                device: torch.device, collator: DataCollatorWithPadding, precision: str = "fp32"
+                ) -> tuple[dict[str, float], list[Any]]:
+    predictions = predict(model, data, spec, batch_size, device, collator, precision)
     return compute_metrics(metric, data.labels, predictions, num_labels=spec.num_labels), predictions
 
 
@@ -143,7 +154,7 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
                    total=min(steps_per_epoch, total_steps - step), desc=f"seed {seed} epoch {epoch}",
                    disable=not progress, leave=False)
         for _, batch in bar:
-            with autocast(device):
+            with autocast(device, recipe.precision):
                 loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
@@ -159,7 +170,8 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
         record: dict[str, Any] = {"seed": seed, "epoch": epoch, "step": step,
                                   "train_loss": sum(losses) / max(1, len(losses)), "lr": scheduler.get_last_lr()[0]}
         if dev is not None:
-            scores, _ = score_split(model, dev, spec, metric, recipe.eval_batch_size, device, collator)
+            scores, _ = score_split(model, dev, spec, metric, recipe.eval_batch_size, device, collator,
+                                    recipe.precision)
             record.update({f"dev_{k}": v for k, v in scores.items()})
             if scores[main_metric] > best_score:
                 best_score, bad_epochs, result.best_epoch, result.dev = scores[main_metric], 0, epoch, scores

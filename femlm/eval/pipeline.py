@@ -72,7 +72,8 @@ def prepare(cfg: Any, checkpoint: str) -> Prepared:
     task, ft = cfg.task, cfg.finetune
     spec = label_spec(task)
     tokenizer, _ = load_tokenizer(checkpoint, cfg.model.tokenizer, cfg.download)
-    recipe, notes = loop.make_recipe(task, ft, position_limit(load_config(checkpoint, cfg.download), tokenizer))
+    recipe, notes = loop.make_recipe(task, ft, position_limit(load_config(checkpoint, cfg.download), tokenizer),
+                                     pick_device(ft.device))
     data = load_task(task, cfg.download)
     notes = task_data_notes(task, cfg.download) + notes
     if "train" not in data:
@@ -160,7 +161,7 @@ def run_seeds(cfg: Any, checkpoint: str, prep: Prepared, out_dir: Path, run: Any
                 continue
             # The kept model (best dev epoch, or the last) scored on every labelled split.
             scores, preds = loop.score_split(model, prep.splits[name], prep.spec, task.metric,
-                                             prep.recipe.eval_batch_size, device, collator)
+                                             prep.recipe.eval_batch_size, device, collator, prep.recipe.precision)
             row[name] = scores
             if name == task.eval_split and run.is_main:
                 write_predictions(seed_dir / "predictions.jsonl", prep.splits[name].labels, preds, names)

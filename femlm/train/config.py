@@ -80,7 +80,7 @@ class TrainerConfig:
     warmup_ratio: float = 0.06
     schedule: str = "linear"
     grad_clip: float = 1.0
-    precision: str = "auto"  # auto: bf16 on a GPU that has it, else fp16 on GPU, fp32 on CPU
+    precision: str = "auto"  # auto: bf16 on a GPU that has it, else fp16; on CPU bf16 with AMX, else fp32
     compile: bool = False
     sparse_prediction: bool = True
     eval_every: int = 1000

@@ -24,7 +24,7 @@ from femlm.errors import UserError
 from femlm.masking import make_generator, sequences_per_batch
 from femlm.masking.sampling import mix_seed
 from femlm.train.config import TrainerConfig
-from femlm.train.distributed import DistInfo, all_reduce_sum
+from femlm.train.distributed import DistInfo, all_reduce_sum, pick_precision
 from femlm.train.evaluation import EvalSet
 from femlm.train.model import MaskedLMObjective, param_groups
 
@@ -74,17 +74,6 @@ class StepStats:
     lr: float
 
 
-def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype (None: fp32). auto: bf16 on GPUs that have it, fp16 on other GPUs, fp32 on CPU."""
-    if precision == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if precision == "fp16" and device.type != "cuda":
-        raise UserError("trainer.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
 def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
     groups = param_groups(model, tcfg.weight_decay)
     kwargs: dict[str, Any] = {"lr": tcfg.lr, "betas": tuple(tcfg.betas), "eps": tcfg.eps}
@@ -127,7 +116,7 @@ class PretrainCore:
             self.module = nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
         if tcfg.compile:
             self.module = torch.compile(self.module)
-        self.amp_dtype = resolve_precision(tcfg.precision, self.device)
+        self.amp_dtype = pick_precision(tcfg.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.optimizer = make_optimizer(self.objective.model, tcfg, self.device)
         warmup = math.ceil(tcfg.warmup_ratio * self.max_steps)

@@ -8,6 +8,8 @@ Formula (forward + backward = 3x forward, a multiply-add = 2 FLOPs; PaLM appendi
   MLM head  6 * N_head * predicted             N_head: head matmul parameters incl. the decoder (H*V);
                                                predicted = masked tokens with sparse prediction,
                                                every token with HF's full projection
+  sparse last layer (femlm, BERT-style models): its keys and values (2*H^2 per token) at every token,
+            the rest of the layer and its attention scores only at the predicted tokens
 
 MFU = model FLOPs per second / achievable FLOP/s, the latter measured by timing a large square matmul in the
 training dtype on this device (not a datasheet peak), so on a CPU it reads "share of what GEMM can do here".
@@ -29,10 +31,15 @@ class FlopCounts:
     layers: int
     hidden: int
 
-    def per_step(self, rows: int, seq: int, predicted: int) -> float:
+    def per_step(self, rows: int, seq: int, predicted: int, sparse_last_layer: bool = False) -> float:
         tokens = rows * seq
-        return (6.0 * self.encoder_params * tokens + 12.0 * self.layers * self.hidden * seq * tokens
-                + 6.0 * self.head_params * predicted)
+        flops = (6.0 * self.encoder_params * tokens + 12.0 * self.layers * self.hidden * seq * tokens
+                 + 6.0 * self.head_params * predicted)
+        if sparse_last_layer and self.layers:
+            layer_params = self.encoder_params / self.layers
+            skipped = layer_params - 2.0 * self.hidden**2  # all but the key and value projections
+            flops -= (6.0 * skipped + 12.0 * self.hidden * seq) * (tokens - predicted)
+        return flops
 
 
 def _matmul_params(module: nn.Module) -> int:

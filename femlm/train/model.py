@@ -7,7 +7,8 @@ stays an ordinary HF model, so `save_pretrained` checkpoints load with plain tra
 Sparse prediction: HF's `*ForMaskedLM.forward` projects every position to the vocabulary and then ignores
 85% of them in the loss. `MaskedLMObjective` runs the encoder (`model.base_model`), gathers the hidden states
 of the labelled positions and applies the model's own MLM head to those rows only. Same loss, same gradients,
-a fraction of the head's FLOPs and memory (the [B*L, V] logits never exist).
+a fraction of the head's FLOPs and memory (the [B*L, V] logits never exist). BERT-style encoders also run
+their last layer at those rows only (sparse_layer.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from femlm.errors import UserError
+from femlm.train.sparse_layer import sparse_last_layer, sparse_layer_forward, without_last_layer
 
 IGNORE_INDEX = -100
 # Models whose position ids start after the padding index (RoBERTa: 514 positions hold 512 tokens).
@@ -237,12 +239,19 @@ class MaskedLMObjective(nn.Module):
             warnings.warn(f"{type(model).__name__}: MLM head not recognised; sparse prediction is off "
                           "(full vocabulary projection at every position)", stacklevel=2)
         self.sparse = self.head is not None
+        # BERT-style encoders also run their last layer at the labelled rows only (femlm/train/sparse_layer.py).
+        self.last_layer = sparse_last_layer(model) if self.sparse else None
 
     def logits_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                          labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Vocabulary logits [T, V] at the T labelled positions, and their targets [T]."""
         keep = labels.reshape(-1) != IGNORE_INDEX
         targets = labels.reshape(-1)[keep]
+        if self.sparse and self.last_layer is not None:
+            with without_last_layer(self.model):
+                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+            rows = sparse_layer_forward(self.last_layer, hidden, attention_mask, labels != IGNORE_INDEX)
+            return self.head(rows), targets
         if self.sparse:
             hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
             rows = hidden.reshape(-1, hidden.shape[-1])[keep]

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The paper's pipeline at tiny scale, on CPU, offline, in about 45 minutes on 2 cores (experiment "tiny",
-# conf/experiment/tiny.yaml):
-#   1. verify the local data mirror (femlm download, offline)                               ~1 min
+# The paper's pipeline at tiny scale, on CPU, offline, in about 25 minutes on 2 cores (experiment "tiny",
+# conf/experiment/tiny.yaml; the README gives the measured time of the committed run):
+#   1. verify the local data mirror (femlm download, offline)                               < 1 min
 #   2. pre-train a tiny BERT from scratch on the general corpus with MLM (mlm_subword),
-#      FE-MLM (fe_subword) and the i.i.d. K-mask control (iid_subword)                      3 x ~3 min
-#   3. continue pre-training each on the CS corpus                                          3 x ~2 min
-#   4. fine-tune each continual checkpoint on ACL-ARC and SciERC with 3 seeds               6 x ~3 min
+#      FE-MLM (fe_subword) and the i.i.d. K-mask control (iid_subword)                      3 x ~2.5 min
+#   3. continue pre-training each on the CS corpus                                          3 x ~1 min
+#   4. fine-tune each continual checkpoint on ACL-ARC and SciERC with 3 seeds               6 x ~1.7 min
 #   5. femlm analyze both on the FE-MLM checkpoint before and after continual pre-training  2 x ~1.5 min
-#   (times measured on 2 cores; the whole run took 45 min 41 s)
 #   6. femlm report -> results/tiny/ (README.md, Table 2 as md/tex/csv, figures)
 #
 # Usage: FEMLM_MIRROR=/path/to/shared/data scripts/reproduce_tiny.sh
@@ -16,7 +15,7 @@
 #   FEMLM_MIRROR       required: a local copy of the data laid out like shared/data (nothing is downloaded)
 #   FEMLM_TINY_RUNS    run directories (default runs/tiny); FEMLM_TINY_OUT report folder (default results/tiny)
 #   FEMLM_TINY_EXTRAS  1: also fine-tune the scratch MLM checkpoint (the "no continual pre-training" row)
-#                      and sweep the continual checkpoints on ACL-ARC (Figure 4 left); about 10 more minutes
+#                      and sweep the continual checkpoints on ACL-ARC (Figure 4 left); about 8 more minutes
 #   DRY_RUN            1: print the femlm commands instead of running them
 set -euo pipefail
 

@@ -303,3 +303,27 @@ def test_sweep_writes_efficiency(checkpoint: Path, toy_data: Any, tmp_path: Path
     assert all(p["mean"] is not None and p["std"] == 0.0 for p in on_disk["points"])
     assert (run.dir / "sweep" / "step_2" / "results.json").is_file()
     assert (run.dir / "sweep" / "step_10" / "seed_1" / "predictions.jsonl").is_file()
+
+
+def test_group_by_length_batches_cover_every_example_once_with_less_padding(checkpoint: Path) -> None:
+    from femlm.eval.inputs import Encoded, batches
+
+    tokenizer = BertTokenizer.from_pretrained(str(checkpoint))
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 60) for _ in range(300)]
+    data = Encoded(features=[{"input_ids": [5] * n, "attention_mask": [1] * n} for n in lengths],
+                   labels=[0] * 300, lengths=lengths)
+    collator = DataCollatorWithPadding(tokenizer)
+
+    def epoch(group: bool, seed: int) -> list[tuple[list[int], int]]:
+        gen = torch.Generator().manual_seed(seed)
+        return [(idx, b["input_ids"].numel()) for idx, b in batches(data, 8, collator, shuffle=True, generator=gen,
+                                                                   group_by_length=group)]
+
+    grouped, plain = epoch(True, 1), epoch(False, 1)
+    assert sorted(i for idx, _ in grouped for i in idx) == list(range(300))
+    padded = lambda run: sum(n for _, n in run)  # noqa: E731
+    assert padded(grouped) < 0.8 * padded(plain)  # similar lengths share a batch
+    assert epoch(True, 1) == grouped and epoch(True, 2) != grouped  # seeded, and shuffled per seed
+    spreads = [max(lengths[i] for i in idx) - min(lengths[i] for i in idx) for idx, _ in grouped]
+    assert sorted(spreads)[len(spreads) // 2] <= 5

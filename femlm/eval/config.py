@@ -18,6 +18,7 @@ class FinetuneConfig:
     max_length: int | None = None
     max_train_examples: int | None = None  # small runs: a seeded, stratified subsample (seed = top-level seed)
     eval_batch_size: int = 64
+    group_by_length: bool = False  # batch training examples of similar length (less padding, HF's option)
     save_model: bool = False  # keep seed_<s>/model (save_pretrained) so `femlm evaluate` can score it
     device: str = "auto"  # auto: CUDA when present, else CPU
     precision: str = "auto"  # auto: bf16 autocast on GPUs that have it and CPUs with AMX, else fp32

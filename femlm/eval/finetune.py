@@ -40,6 +40,7 @@ class Recipe:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-6
     grad_clip: float = 1.0
+    group_by_length: bool = False  # training batches of similar lengths (finetune.group_by_length)
     precision: str = "fp32"  # autocast dtype actually used: fp32 or bf16 (finetune.precision, resolved)
 
     def as_dict(self) -> dict[str, Any]:
@@ -68,6 +69,7 @@ def make_recipe(task: Any, ft: Any, limit: int, device: torch.device | None = No
         max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
         weight_decay=float(task.weight_decay), eval_batch_size=int(ft.eval_batch_size),
         betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8,
+        group_by_length=bool(getattr(ft, "group_by_length", False)),
         precision=precision_name(pick_precision(getattr(ft, "precision", "auto"), device or torch.device("cpu"),
                                                 "finetune.precision")))
     overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
@@ -150,7 +152,8 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
     for epoch in range(1, n_epochs + 1):
         model.train()
         losses: list[float] = []
-        bar = tqdm(batches(train, recipe.batch_size, collator, shuffle=True, generator=generator),
+        bar = tqdm(batches(train, recipe.batch_size, collator, shuffle=True, generator=generator,
+                           group_by_length=recipe.group_by_length),
                    total=min(steps_per_epoch, total_steps - step), desc=f"seed {seed} epoch {epoch}",
                    disable=not progress, leave=False)
         for _, batch in bar:

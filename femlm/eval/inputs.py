@@ -150,19 +150,30 @@ def encode(split: Any, tokenizer: PreTrainedTokenizerBase, spec: LabelSpec, max_
     return Encoded(features, labels, truncated, [len(ids) for ids in enc["input_ids"]])
 
 
+GROUP_SPAN = 50  # batches per length-sorted group (HF Trainer's group_by_length uses the same span)
+
+
 def batches(data: Encoded, batch_size: int, collator: DataCollatorWithPadding, shuffle: bool,
-            generator: torch.Generator | None = None, sort_by_length: bool = False
+            generator: torch.Generator | None = None, sort_by_length: bool = False, group_by_length: bool = False
             ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """Padded batches with the example indices they hold. Evaluation sorts by length (less padding);
-    the indices put predictions back in file order."""
+    the indices put predictions back in file order. `group_by_length` (training): shuffle, sort each span of
+    GROUP_SPAN batches by length, then shuffle the batches, so a batch holds examples of similar length and
+    pads less (about half the tokens on DAPT sentence tasks) while the order stays random."""
     if shuffle:
         order = torch.randperm(len(data), generator=generator).tolist()
     elif sort_by_length:
         order = sorted(range(len(data)), key=lambda i: data.lengths[i])
     else:
         order = list(range(len(data)))
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    groups = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    if shuffle and group_by_length:
+        span = batch_size * GROUP_SPAN
+        ordered = [i for start in range(0, len(order), span)
+                   for i in sorted(order[start:start + span], key=lambda i: data.lengths[i])]
+        groups = [ordered[start:start + batch_size] for start in range(0, len(ordered), batch_size)]
+        groups = [groups[j] for j in torch.randperm(len(groups), generator=generator).tolist()]
+    for idx in groups:
         batch = collator([data.features[i] for i in idx])
         if "labels" in batch and batch["labels"].is_floating_point():
             batch["labels"] = batch["labels"].float()  # MSE needs float32 targets

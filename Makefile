@@ -34,6 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_masking.py
 	$(BIN)/python benchmarks/bench_data.py
+	$(BIN)/python benchmarks/bench_precision.py
 	$(BIN)/python benchmarks/bench_train.py
 
 reproduce-tiny: $(STAMP)

@@ -49,7 +49,7 @@ def pick_device(preference: str, local_rank: int = 0, key: str = "trainer.device
 
 def cpu_has_fast_bf16() -> bool:
     """Native bf16 matrix units on this CPU (Intel AMX, Sapphire Rapids and later). There bf16 autocast
-    runs a BERT step about 1.5-1.9x faster than fp32 (benchmarks/bench_train.py --precision bf16); on other
+    runs a BERT step about 1.4x faster than fp32 (benchmarks/bench_precision.py); on other
     CPUs bf16 is emulated and slower, so `auto` keeps fp32."""
     check = getattr(torch.cpu, "_is_amx_tile_supported", None)
     try:

@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 # The CPU build on this kind of machine; on a GPU box set TORCH_SPEC to the build you want (or "torch").
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.femlm-installed
+# The data mirror beside the clone, when there is one (an absent mirror must not be named: tests then skip).
+ifneq ($(wildcard ../shared/data),)
 export FEMLM_MIRROR ?= $(abspath ../shared/data)
+endif
 
 .PHONY: install test test-all lint bench reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
         reproduce-figures clean help

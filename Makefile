@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The README's test command: everything but the tests marked slow (about 10 minutes on 2 cores).
+# The README's test command: everything but the tests marked slow (about 3-4 minutes on 2 cores).
 test: $(STAMP)
 	$(BIN)/pytest -q -m "not slow"
 

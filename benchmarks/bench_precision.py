@@ -40,11 +40,11 @@ def main() -> None:
     print(f"threads={args.threads} amx_bf16={cpu_has_fast_bf16()} torch={torch.__version__}")
     for name in args.shapes.split(","):
         shape = SHAPES[name]
-        blocks = synthetic_blocks(shape.batch * (2 * args.steps + 4), shape.seq, shape.vocab, seed=0)
+        blocks = synthetic_blocks(shape.batch * (args.steps + 1), shape.seq, shape.vocab, seed=0)
         masker = build_masker(MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15), 4, shape.vocab,
                               [0, 1, 2, 3, 4])
         cores = {p: PretrainCore(build_model(shape), masker, blocks,
-                                 TrainerConfig(batch_size=shape.batch, max_steps=2 * args.steps + 2, precision=p),
+                                 TrainerConfig(batch_size=shape.batch, max_steps=args.steps + 1, precision=p),
                                  seed=0) for p in ("fp32", "bf16")}
         # One precision after the other, not interleaved: AMX work lowers the core clock for a while, which
         # would slow interleaved fp32 steps and flatter bf16.

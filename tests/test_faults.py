@@ -41,51 +41,47 @@ CLI_RUN = ["preset=tiny", "data.eval_blocks=4", "trainer.threads=1", "logger.pro
            "model.arch.num_attention_heads=2", "model.arch.intermediate_size=32", "data.block_size=32",
            "trainer.batch_size=4", "trainer.log_every=1"]
 
-# A training subprocess whose checkpoint write of `target` (e.g. state_8) is cut: the real writer runs, one
-# file is truncated to half (a torn write), then the process SIGKILLs itself before the rename.
-KILL_IN_SAVE = textwrap.dedent("""
-    import os, signal, sys
+# Shared by the subprocess scripts below: the checkpoint write of `target` (e.g. state_8) runs the real writer,
+# truncates its biggest file to half (a torn write), then calls `after(path)` before the rename can happen.
+TEAR_CHECKPOINT = textwrap.dedent("""
     from pathlib import Path
+    from femlm.train import checkpoint
+    def tear_checkpoint(target, after):
+        real_atomic_dir = checkpoint.atomic_dir
+        def atomic_dir(final, write):
+            if Path(final).name != target:
+                return real_atomic_dir(final, write)
+            def torn(tmp):
+                write(tmp)
+                path = max((p for p in tmp.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+                path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+                after(path)
+            return real_atomic_dir(final, torn)
+        checkpoint.atomic_dir = atomic_dir
+""")
+
+# A training subprocess whose write of checkpoint `target` is torn, then the process SIGKILLs itself.
+KILL_IN_SAVE = TEAR_CHECKPOINT + textwrap.dedent("""
+    import os, signal, sys
     import torch
     torch.set_num_threads(1)
     from femlm.runs import Run
-    from femlm.train import checkpoint, run_pretrain
+    from femlm.train import run_pretrain
     from femlm.train.testing import patch_blocks, tiny_config
     root, target, settings = Path(sys.argv[1]), sys.argv[2], eval(sys.argv[3])
     patch_blocks()
-    real_atomic_dir = checkpoint.atomic_dir
-    def atomic_dir(final, write):
-        if Path(final).name != target:
-            return real_atomic_dir(final, write)
-        def torn(tmp):
-            write(tmp)
-            biggest = max((p for p in tmp.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-            biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real_atomic_dir(final, torn)
-    checkpoint.atomic_dir = atomic_dir
+    tear_checkpoint(target, lambda path: os.kill(os.getpid(), signal.SIGKILL))
     run = Run(dir=root / "killed", command="pretrain-scratch")
     run.dir.mkdir(exist_ok=True)
     run_pretrain(tiny_config(root / "tok", **settings), run)
 """)
 
 # The real CLI, with every write of checkpoint `target` failing as on a full disk (after half the bytes).
-CLI_DISK_FULL = textwrap.dedent("""
+CLI_DISK_FULL = TEAR_CHECKPOINT + textwrap.dedent("""
     import errno, sys
-    from pathlib import Path
-    from femlm.train import checkpoint
-    target = sys.argv[1]
-    real_atomic_dir = checkpoint.atomic_dir
-    def atomic_dir(final, write):
-        if Path(final).name != target:
-            return real_atomic_dir(final, write)
-        def full(tmp):
-            write(tmp)
-            path = max((p for p in tmp.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        return real_atomic_dir(final, full)
-    checkpoint.atomic_dir = atomic_dir
+    def disk_full(path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    tear_checkpoint(sys.argv[1], disk_full)
     from femlm.cli import main
     sys.argv = ["femlm", *sys.argv[2:]]
     main()

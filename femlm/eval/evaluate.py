@@ -25,7 +25,6 @@ from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.model import is_finetuned, load_finetuned, load_tokenizer, pick_device, position_limit
 from femlm.eval.results import aggregate, efficiency_point, finite, format_score, write_predictions
 from femlm.runs import git_commit, hardware
-from femlm.train.distributed import pick_precision
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -65,6 +64,7 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
     if split not in data:
         raise UserError(f"evaluate.split={split!r} (task {task.name}): the data has splits {', '.join(data)}")
     device = pick_device(cfg.finetune.device)
+    precision = loop.resolve_precision(cfg.finetune.precision, device)
     notes = pipeline.task_data_notes(task, cfg.download)
     gold = split_labels(data[split], spec, task.name, split)
     baseline: dict[str, Any] = {}
@@ -84,7 +84,6 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
         if encoded.truncated:
             notes.append(f"{checkpoint}: {encoded.truncated} of {len(encoded)} {split} examples truncated to "
                          f"{max_length} tokens")
-        precision = loop.precision_name(pick_precision(cfg.finetune.precision, device, "finetune.precision"))
         scores, preds = loop.score_split(model, encoded, spec, task.metric, cfg.finetune.eval_batch_size, device,
                                          DataCollatorWithPadding(tokenizer), precision)
         name = "checkpoint" if checkpoint == root else str(checkpoint.relative_to(root)).replace("/", "__")

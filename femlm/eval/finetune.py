@@ -49,7 +49,7 @@ class Recipe:
         return out
 
 
-def make_recipe(task: Any, ft: Any, limit: int, device: torch.device | None = None) -> tuple[Recipe, list[str]]:
+def make_recipe(task: Any, ft: Any, limit: int, device: torch.device) -> tuple[Recipe, list[str]]:
     """The task's recipe with ``finetune.*`` overrides; ``max_length`` checked against the model;
     ``finetune.precision`` resolved for ``device``."""
     notes: list[str] = []
@@ -69,9 +69,7 @@ def make_recipe(task: Any, ft: Any, limit: int, device: torch.device | None = No
         max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
         weight_decay=float(task.weight_decay), eval_batch_size=int(ft.eval_batch_size),
         betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8,
-        group_by_length=bool(getattr(ft, "group_by_length", False)),
-        precision=precision_name(pick_precision(getattr(ft, "precision", "auto"), device or torch.device("cpu"),
-                                                "finetune.precision")))
+        group_by_length=bool(ft.group_by_length), precision=resolve_precision(ft.precision, device))
     overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
     if overridden:
         notes.append("recipe overridden by finetune." + ", finetune.".join(
@@ -89,7 +87,9 @@ class SeedResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def precision_name(dtype: torch.dtype | None) -> str:
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``finetune.precision`` as the autocast used on ``device``: "bf16" or "fp32" (see pick_precision)."""
+    dtype = pick_precision(precision, device, "finetune.precision")
     if dtype == torch.float16:  # fine-tuning has no loss scaler; bf16 needs none
         raise UserError("finetune.precision: fp16 is not supported for fine-tuning; use auto, bf16 or fp32")
     return "bf16" if dtype == torch.bfloat16 else "fp32"

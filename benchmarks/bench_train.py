@@ -6,6 +6,9 @@ HF step), so load from other processes slows both alike. Each side's time is its
 DataLoader + collator, femlm's its masking. Both use fp32 (--precision bf16: both bf16 autocast; femlm's
 trainer.precision=auto picks bf16 on CPUs with AMX, HF's Trainer stays fp32 unless told), AdamW, linear
 warmup/decay, grad clip 1.0; femlm masks i.i.d. 15% like the collator (mlm_bernoulli) so the losses are comparable.
+The allocator setting is process-wide, so it is the same for both sides: --allocator tuned (default) is femlm's
+trainer.keep_freed_memory=true (femlm/train/host_memory.py), --allocator default is plain glibc malloc, as
+run_mlm.py runs. The ratio under `tuned` is therefore what sparse prediction and the rest of the core gain alone.
 
 MFU (PaLM's definition) = tokens/s x model FLOPs per token / the machine's measured matmul FLOP/s, with ONE
 model-FLOPs figure for both sides: the work the MLM objective defines, i.e. the dense encoder at every token
@@ -15,6 +18,7 @@ counted, so the MFU ratio is the throughput ratio. HFU (hardware FLOPs utilisati
 executes instead: HF's full head at every token; femlm's sparse head and sparse last layer.
 
 Usage: python benchmarks/bench_train.py [--threads 2] [--steps-tiny 24] [--steps-base 8] [--shapes base,tiny30k,tiny]
+       [--allocator tuned|default] [--precision fp32|bf16] [--compile]
 The last line is `tokens/s femlm=<a> hf=<b> ratio=<a/b> mfu=<m>` for the tiny shape.
 """
 
@@ -38,6 +42,7 @@ from femlm.masking import MaskingConfig, build_masker  # noqa: E402
 from femlm.train.config import TrainerConfig  # noqa: E402
 from femlm.train.core import PretrainCore  # noqa: E402
 from femlm.train.flops import flop_counts, measured_matmul_flops  # noqa: E402
+from femlm.train.host_memory import keep_freed_memory  # noqa: E402
 from femlm.train.testing import synthetic_blocks, tiny_tokenizer  # noqa: E402
 
 
@@ -74,7 +79,7 @@ def build_model(shape: Shape) -> torch.nn.Module:
 
 
 def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,
-                precision: str = "fp32", compile_femlm: bool = False) -> dict[str, float]:
+                precision: str = "fp32", compile_femlm: bool = False, keep_freed: bool = True) -> dict[str, float]:
     from datasets import Dataset
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
@@ -89,7 +94,7 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     masker = build_masker(MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15),
                           tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
     tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP, precision=precision,
-                         compile=compile_femlm)
+                         compile=compile_femlm, keep_freed_memory=keep_freed)
     core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, seed=0)
 
     # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
@@ -168,6 +173,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="both sides: fp32 or bf16 autocast (femlm's auto picks bf16 on AMX CPUs)")
     parser.add_argument("--compile", action="store_true", help="femlm side with trainer.compile=true")
+    parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
+                        help="both sides: glibc malloc keeping freed memory (femlm's default) or as it comes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -177,10 +184,13 @@ def main() -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    keep_freed = args.allocator == "tuned"
+    if keep_freed and not keep_freed_memory():
+        print("note: this C library is not glibc (or refused mallopt): --allocator tuned changes nothing here")
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     matmul = measured_matmul_flops("cpu", dtype, n=2048, seconds=3.0)
     print(f"threads={args.threads} cpus={os.cpu_count()} load1={load:.2f} torch={torch.__version__} "
-          f"precision={args.precision} compile={args.compile} measured {args.precision} matmul "
+          f"precision={args.precision} compile={args.compile} allocator={args.allocator} measured {args.precision} matmul "
           f"{matmul / 1e9:.1f} GFLOP/s")
     names = [n for n in ("base", "tiny30k", "tiny") if n in args.shapes.split(",")]
     results = {}
@@ -188,7 +198,7 @@ def main() -> None:
         for name in names:
             steps = args.steps_tiny if name.startswith("tiny") else args.steps_base
             results[name] = bench_shape(SHAPES[name], steps, args.warmup, matmul, Path(tmp), args.precision,
-                                        args.compile)
+                                        args.compile, keep_freed)
     last = results[names[-1]]
     print(f"tokens/s femlm={last['femlm']:.0f} hf={last['hf']:.0f} ratio={last['ratio']:.2f} mfu={last['mfu']:.3f}")
 

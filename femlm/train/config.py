@@ -82,6 +82,8 @@ class TrainerConfig:
     grad_clip: float = 1.0
     precision: str = "auto"  # auto: bf16 on a GPU that has it, else fp16; on CPU bf16 with AMX, else fp32
     compile: bool = False
+    # glibc: keep freed host memory in malloc's heap instead of page-faulting it back every step (host_memory.py)
+    keep_freed_memory: bool = True
     sparse_prediction: bool = True
     eval_every: int = 1000
     eval_batch_size: Optional[int] = None  # rows per held-out forward pass (None: the training micro-batch)

@@ -26,6 +26,7 @@ from femlm.masking.sampling import mix_seed
 from femlm.train.config import TrainerConfig
 from femlm.train.distributed import DistInfo, all_reduce_sum, pick_precision
 from femlm.train.evaluation import EvalSet
+from femlm.train.host_memory import keep_freed_memory
 from femlm.train.model import MaskedLMObjective, param_groups
 
 _SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
@@ -92,6 +93,8 @@ class PretrainCore:
 
         self.dist = dist or DistInfo()
         self.device = self.dist.device
+        if tcfg.keep_freed_memory:
+            keep_freed_memory()
         self.tcfg, self.seed, self.masker = tcfg, seed, masker
         self.blocks = blocks
         self.max_steps = max_steps or tcfg.max_steps

@@ -190,8 +190,8 @@ def main() -> None:
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     matmul = measured_matmul_flops("cpu", dtype, n=2048, seconds=3.0)
     print(f"threads={args.threads} cpus={os.cpu_count()} load1={load:.2f} torch={torch.__version__} "
-          f"precision={args.precision} compile={args.compile} allocator={args.allocator} measured {args.precision} matmul "
-          f"{matmul / 1e9:.1f} GFLOP/s")
+          f"precision={args.precision} compile={args.compile} allocator={args.allocator} "
+          f"measured {args.precision} matmul {matmul / 1e9:.1f} GFLOP/s")
     names = [n for n in ("base", "tiny30k", "tiny") if n in args.shapes.split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

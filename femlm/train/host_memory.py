@@ -1,14 +1,15 @@
 """Keep freed host memory for reuse instead of handing it back to the kernel (glibc malloc only).
 
 glibc serves every allocation above its mmap threshold (at most 32 MiB, 128 KiB until it adapts) with a
-fresh `mmap` and returns it with `munmap` when freed, and it trims the heap top the same way. A CPU training
-step allocates and frees the same large buffers every time (BERT-base: the 94 MB tied-embedding gradients,
-12 MB activations), so the next step page-faults all of them back in, ~90,000 minor faults per BERT-base
-step here, each a few microseconds in a VM. Raising the mmap and trim thresholds keeps those pages in
-malloc's heap: faults drop to 5,000-9,000 per step and the BERT-base step runs 1.1-1.5x faster on this
-2-core VM (benchmarks/bench_train.py --allocator tuned vs default). The same advice is behind PyTorch's CPU tuning guide's jemalloc/tcmalloc
-recommendation; this needs no preloaded library. The cost: the process keeps its peak footprint (RSS does
-not shrink after a spike), which a training process reaches every step anyway.
+fresh `mmap`, returns it with `munmap` when freed, and trims the top of its heap the same way. A CPU
+training step allocates and frees the same large buffers every time (BERT-base: the 94 MB tied-embedding
+gradients, 12 MB activations), so the next step page-faults them back in: ~93,000 minor faults per BERT-base
+step here, each a few microseconds in a VM. With the mmap threshold raised and trimming off, those pages stay
+in malloc's heap: 5,000-9,000 faults per step, and the BERT-base step runs 1.1-1.5x faster on this 2-core VM
+(benchmarks/bench_train.py --allocator tuned vs default). Turning trimming off accounts for much of that.
+PyTorch's CPU tuning guide recommends jemalloc/tcmalloc for the same reason; this needs no preloaded
+library. The cost: the process keeps its peak footprint (RSS does not shrink after a spike), which a
+training process reaches every step anyway.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ def main() -> int:
                    f"model.tokenizer={tokenizer}", f"domain.sources=[file:{corpus}]",
                    f"data.block_size={args.block}", "data.eval_blocks=16", "data.num_proc=1",
                    f"trainer.batch_size={args.batch}", f"trainer.max_steps={args.steps}",
-                   f"trainer.eval_every={args.eval_every}", f"trainer.save_every={args.steps}",
-                   f"trainer.log_every={args.log_every}", "trainer.threads=1", "trainer.device=cpu",
+                   f"runtime.eval_every={args.eval_every}", f"runtime.save_every={args.steps}",
+                   f"runtime.log_every={args.log_every}", "runtime.threads=1", "runtime.device=cpu",
                    "logger.wandb.mode=disabled", "logger.progress=false", *args.overrides]
         print("running:", " ".join(command[2:]), flush=True)
         start = time.time()

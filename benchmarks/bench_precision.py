@@ -1,4 +1,4 @@
-"""fp32 vs bf16 autocast for one femlm pre-training step on this CPU (what `trainer.precision=auto` decides).
+"""fp32 vs bf16 autocast for one femlm pre-training step on this CPU (what `runtime.precision=auto` decides).
 
 On CPUs with native bf16 units (Intel AMX) femlm's `auto` picks bf16; elsewhere fp32. This prints the step
 time of PretrainCore in each precision, one after the other, for the tiny and the BERT-base shapes.

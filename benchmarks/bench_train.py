@@ -4,10 +4,10 @@
 The two run interleaved, step by step, in one process (an HF `TrainerCallback` runs one femlm step after each
 HF step), so load from other processes slows both alike. Each side's time is its whole step: HF's includes its
 DataLoader + collator, femlm's its masking. Both use fp32 (--precision bf16: both bf16 autocast; femlm's
-trainer.precision=auto picks bf16 on CPUs with AMX, HF's Trainer stays fp32 unless told), AdamW, linear
+runtime.precision=auto picks bf16 on CPUs with AMX, HF's Trainer stays fp32 unless told), AdamW, linear
 warmup/decay, grad clip 1.0; femlm masks i.i.d. 15% like the collator (mlm_bernoulli) so the losses are comparable.
 The allocator setting is process-wide, so it is the same for both sides: --allocator tuned (default) is femlm's
-trainer.keep_freed_memory=true (femlm/train/host_memory.py), --allocator default is plain glibc malloc, as
+runtime.keep_freed_memory=true (femlm/train/host_memory.py), --allocator default is plain glibc malloc, as
 run_mlm.py runs. The ratio under `tuned` is therefore what sparse prediction and the rest of the core gain alone.
 
 MFU (PaLM's definition) = tokens/s x model FLOPs per token / the machine's measured matmul FLOP/s, with ONE
@@ -172,7 +172,7 @@ def main() -> None:
                         help="comma list of base, tiny30k, tiny (tiny is printed last)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="both sides: fp32 or bf16 autocast (femlm's auto picks bf16 on AMX CPUs)")
-    parser.add_argument("--compile", action="store_true", help="femlm side with trainer.compile=true")
+    parser.add_argument("--compile", action="store_true", help="femlm side with runtime.compile=true")
     parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
                         help="both sides: glibc malloc keeping freed memory (femlm's default) or as it comes")
     args = parser.parse_args()

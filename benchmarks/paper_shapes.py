@@ -47,7 +47,7 @@ def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: P
     cfg.model.config_name = MODELS[name]["config_name"]
     cfg.model.tokenizer = MODELS[name]["tokenizer"]
     cfg.data.block_size = 512
-    cfg.masking = MaskingConfig(name="fe_subword", strategy="fully_explored", splits=4, ratio=0.15)
+    cfg.masking = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4, ratio=0.15)
     cfg.trainer.batch_size, cfg.trainer.max_steps = rows, steps
     cfg.download.offline = True
     torch.manual_seed(0)

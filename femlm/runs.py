@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+import yaml
 
 from femlm.errors import UserError
 
@@ -132,14 +132,15 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True, resume: bool = False) -> Run:
-    """Prepare ``run_dir`` for a new run (or an explicit resume of the run already in it)."""
+def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool = True, resume: bool = False) -> Run:
+    """Prepare ``run_dir`` for a new run (or an explicit resume of the run already in it); ``config`` is the
+    resolved config of the command's own sections (femlm.config.command_config)."""
     run_dir = Path(run_dir)
     marker = run_dir / RUN_MARKER
     if marker.exists() and not resume:
         # Hydra picked a directory that another run already owns: refuse rather than mix two runs.
         raise UserError(f"run directory {run_dir} already holds a run; choose another hydra.run.dir "
-                        "or pass trainer.resume=true to continue it")
+                        "or pass resume=true to continue it")
     run = Run(dir=run_dir, command=command, is_main=is_main, created=not marker.exists())
     if not is_main:
         return run
@@ -154,7 +155,7 @@ def start_run(cfg: DictConfig, run_dir: Path, command: str, is_main: bool = True
     if resume and marker.exists():
         run.previous = {name: (run_dir / name).read_bytes() if (run_dir / name).is_file() else None
                         for name in (RUN_MARKER, "config.yaml")}
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     info = {"command": command, "argv": sys.argv, "git_commit": git_commit(), "packages": package_versions(),
             "hardware": hardware(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if resume and marker.exists():

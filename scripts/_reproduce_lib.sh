@@ -3,7 +3,7 @@
 #
 # Every step writes into a fixed run directory (hydra.run.dir=...), so a re-run can tell what is done:
 #   pre-training  done when <dir>/checkpoints/final and <dir>/summary.json exist; a directory with run.json
-#                 but no final checkpoint is continued with trainer.resume=<dir>;
+#                 but no final checkpoint is continued with resume=<dir>;
 #   fine-tuning   done when <dir>/results.json exists;
 #   other steps   done when their output file exists.
 # A fine-tuning / analysis / sweep directory left without its output (a killed run) is moved aside to
@@ -82,7 +82,7 @@ pretrain_step() {
     log "skip $command: $dir/checkpoints/final exists"
   elif [[ -f $dir/run.json ]]; then
     log "resume $command in $dir"
-    run_femlm "$command" "$@" "trainer.resume=$dir"
+    run_femlm "$command" "$@" "resume=$dir"
   else
     log "$command -> $dir"
     run_femlm "$command" "$@" "hydra.run.dir=$dir"

@@ -13,7 +13,7 @@
 #
 # The expected cost is printed before anything starts. Re-running resumes: an arm whose final checkpoint
 # (pre-training) or results.json (fine-tuning) exists is skipped, a cut pre-training continues from its
-# last saved state (trainer.resume), other cut steps run again. Run directories: runs/paper/<experiment>/.
+# last saved state (resume), other cut steps run again. Run directories: runs/paper/<experiment>/.
 # Environment: FEMLM_MIRROR / FEMLM_CACHE (data), FEMLM_PAPER_RUNS (default runs/paper),
 #   FEMLM_PAPER_OUT (default results/paper), FEMLM_ALLOW_CPU=1 to start without a GPU, DRY_RUN=1.
 set -euo pipefail
@@ -151,19 +151,19 @@ run_figures() {
       "evaluate.checkpoints=$(runs_of "$src")/continual_$arm" "evaluate.sweep=true" "finetune.seeds=$seeds"
   done
 
-  log "split ablation: K = $(plan figures ablation.splits | paste -sd' ' -)"
+  log "split ablation: K = $(plan figures ablation.num_masks | paste -sd' ' -)"
   mapfile -t ovr < <(plan figures ablation.overrides)
   mapfile -t tasks < <(plan figures ablation.tasks)
   seeds=$(hydra_list "$(plan figures ablation.seeds | paste -sd, -)")
   while read -r k; do
     pretrain_step continual-pretrain "$runs/ablation_k$k" "preset=$preset" "model=$(plan figures ablation.model)" \
-      "domain=$(plan figures ablation.domain)" "masking=$(plan figures ablation.masking)" "masking.splits=$k" \
+      "domain=$(plan figures ablation.domain)" "masking=$(plan figures ablation.masking)" "masking.num_masks=$k" \
       "masking.ratio=$(plan figures ablation.ratio)" "${ovr[@]}"
     for task in "${tasks[@]}"; do
       finetune_step "$runs/finetune_ablation_k${k}_$task" "preset=$preset" "model=$(plan figures ablation.model)" \
         "model.name_or_path=$(final_ckpt "$runs/ablation_k$k")" "task=$task" "finetune.seeds=$seeds"
     done
-  done < <(plan figures ablation.splits)
+  done < <(plan figures ablation.num_masks)
 
   log "analysis before / after continual pre-training"
   local after_exp after_arm model

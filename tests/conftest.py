@@ -30,7 +30,8 @@ def femlm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
         "FEMLM_CACHE": str(tmp_path / "cache"),
         "WANDB_MODE": "disabled",
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        # tests/ too: subprocess scripts import tests/helpers as `helpers`, as pytest does
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
     }
     if MIRROR.is_dir():
         env["FEMLM_MIRROR"] = str(MIRROR)
@@ -56,3 +57,20 @@ def cli(femlm_env: dict[str, str], tmp_path: Path):
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def local_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A 128-token tokenizer, a 40-document corpus over its words and a two-label task directory."""
+    from helpers.golden import write_inputs
+
+    return write_inputs(tmp_path_factory.mktemp("local-inputs"))
+
+
+@pytest.fixture
+def tiny_local(local_inputs: dict[str, Path]) -> list[str]:
+    """Overrides for a seconds-long pre-training run (or dry run) on the local inputs: no mirror needed."""
+    return ["preset=tiny", f"model.tokenizer={local_inputs['tok']}", f"domain.sources=[file:{local_inputs['corpus']}]",
+            "model.arch.hidden_size=16", "model.arch.num_hidden_layers=1", "model.arch.num_attention_heads=2",
+            "model.arch.intermediate_size=32", "data.block_size=32", "data.eval_blocks=4", "trainer.batch_size=8",
+            "runtime.threads=1", "logger.progress=false", "logger.wandb.mode=disabled"]

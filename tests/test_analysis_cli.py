@@ -31,8 +31,8 @@ def test_cli_analyze_both_on_a_checkpoint(cli, mirror: Path, tmp_path: Path) -> 
     tok.save_pretrained(str(ckpt))
     result = cli("analyze", "both", f"model.name_or_path={ckpt}", "model.tokenizer=null", "domain=cs",
                  "domain.max_documents=40", "data.block_size=32", "analysis.sequences=2", "analysis.tau=4",
-                 "analysis.budget=4", "analysis.reference=3", "analysis.splits=[2,4]", "analysis.bootstrap=20",
-                 "analysis.hamming_bins=2", "logger.progress=false", f"results_dir={tmp_path / 'results'}",
+                 "analysis.budget=4", "analysis.reference=3", "analysis.num_masks=[2,4]", "analysis.bootstrap=20",
+                 "analysis.hamming_bins=2", "logger.progress=false", f"analysis.results_dir={tmp_path / 'results'}",
                  timeout=240)
     assert result.code == 0, result.stderr[-2000:]
     (summary,) = (tmp_path / "runs").glob("analyze/*/analysis.json")

@@ -92,7 +92,7 @@ def test_parameter_selection_errors() -> None:
 
 @pytest.mark.parametrize("bad,match", [
     ({"kind": "spectrum"}, "analysis.kind"), ({"reference": 1}, "analysis.reference"),
-    ({"splits": [1, 2]}, "analysis.splits"), ({"method": "magic"}, "analysis.method"),
+    ({"num_masks": [1, 2]}, "analysis.num_masks"), ({"method": "magic"}, "analysis.method"),
     ({"variance_tau": 0}, "analysis.variance_tau"),
 ])
 def test_config_validation(bad: dict, match: str) -> None:
@@ -102,11 +102,12 @@ def test_config_validation(bad: dict, match: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- end to end
 def analyze_config(tmp_path: Path, tokenizer_dir: str | None = None, **analysis):
-    from femlm.config import AnalyzeCommandConfig
+    from femlm.config import FemlmConfig
 
-    cfg = AnalyzeCommandConfig()
+    cfg = FemlmConfig(command="analyze")
     cfg.command = "analyze"
     cfg.model.name = "micro"
+    cfg.domain.name = "cs"
     cfg.model.name_or_path = None
     cfg.model.tokenizer = tokenizer_dir
     cfg.model.config_name = None
@@ -114,9 +115,10 @@ def analyze_config(tmp_path: Path, tokenizer_dir: str | None = None, **analysis)
     cfg.model.attn_implementation = "eager"
     cfg.data.block_size = 24
     cfg.logger.progress = False
-    cfg.results_dir = str(tmp_path / "results")
+    cfg.analysis.results_dir = str(tmp_path / "results")
+    cfg.runtime.micro_batch_size = 8
     settings = {"kind": "both", "sequences": 2, "tau": 4, "budget": 6, "reference": 4, "hamming_bins": 3,
-                "splits": [2, 4], "bootstrap": 50, "chunk": 8,
+                "num_masks": [2, 4], "bootstrap": 50,
                 "parameters": ["*layer.0.attention.self.query.weight", "*layer.0.intermediate.dense.weight"]}
     settings.update(analysis)
     for key, value in settings.items():

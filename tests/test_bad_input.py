@@ -25,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.usefixtures("femlm_env")
 
 # A pre-training run small enough to build a few blocks from a 40-document corpus in seconds.
-SMALL = ["preset=tiny", "trainer.max_steps=2", "data.eval_blocks=4", "trainer.threads=1", "logger.progress=false",
+SMALL = ["preset=tiny", "trainer.max_steps=2", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
          "logger.wandb.mode=disabled"]
 TINY_MODEL = ["model.arch.hidden_size=16", "model.arch.num_hidden_layers=1", "model.arch.num_attention_heads=2",
               "model.arch.intermediate_size=32", "data.block_size=32", "trainer.batch_size=4"]
@@ -52,9 +52,9 @@ CASES = [
     Case("misspelled-key", ["pretrain-scratch", *SMALL, "trainer.mx_steps=3"], ["trainer.mx_steps", "did you mean trainer.max_steps"]),
     Case("wrong-type", ["pretrain-scratch", *SMALL, "trainer.max_steps=abc"],
          ["trainer.max_steps='abc'", "expected an integer"]),
-    Case("splits-times-ratio-above-1", ["pretrain-scratch", *SMALL, "masking.splits=8", "masking.ratio=0.2"],
-         ["masking.splits", "masking.ratio", "<= 1"]),
-    Case("splits-zero", ["pretrain-scratch", *SMALL, "masking.splits=0"], ["masking.splits=0", ">= 1"]),
+    Case("splits-times-ratio-above-1", ["pretrain-scratch", *SMALL, "masking.num_masks=8", "masking.ratio=0.2"],
+         ["masking.num_masks", "masking.ratio", "<= 1"]),
+    Case("splits-zero", ["pretrain-scratch", *SMALL, "masking.num_masks=0"], ["masking.num_masks=0", ">= 1"]),
     Case("ratio-zero", ["pretrain-scratch", *SMALL, "masking.ratio=0"], ["masking.ratio=0", "0 < ratio <= 1"]),
     Case("ratio-negative", ["continual-pretrain", *SMALL, "masking.ratio=-0.1"],
          ["masking.ratio=-0.1", "0 < ratio <= 1"]),
@@ -65,8 +65,8 @@ CASES = [
     Case("seeds-empty", ["finetune", "preset=tiny", "finetune.seeds=[]"], ["finetune.seeds=[]", "at least one"]),
     Case("cfg-nonsense", ["pretrain-scratch", "--cfg", "nonsense"], ["--cfg", "nonsense", "job, hydra, all"]),
     Case("bare-argument", ["pretrain-scratch", "preset=tiny", "foo"], ["'foo'", "key=value"]),
-    Case("resume-true-no-earlier-run", ["pretrain-scratch", *SMALL, "trainer.resume=true"],
-         ["trainer.resume=true", "no earlier pretrain-scratch run"]),
+    Case("resume-true-no-earlier-run", ["pretrain-scratch", *SMALL, "resume=true"],
+         ["resume=true", "no earlier pretrain-scratch run"]),
     Case("analyze-unknown-kind", ["analyze", "nonsense"], ["analysis.kind", "nonsense", "covariance, variance"]),
     Case("analyze-two-kinds", ["analyze", "covariance", "variance"], ["analyze", "covariance, variance, both"]),
     Case("evaluate-without-checkpoints", ["evaluate", "preset=tiny"], ["evaluate.checkpoints", "not set"]),
@@ -84,7 +84,7 @@ CASES = [
          ["checksum mismatch", "{bad_mirror}/dapt/citation_intent/dev.jsonl", "expected sha256"], mirror=True),
     Case("report-input-missing", ["report", "/nonexistent/runs"], ["report.inputs", "/nonexistent/runs"]),
     Case("checkpoint-dir-missing", ["continual-pretrain", *SMALL, "model.name_or_path=/nonexistent/ckpt"],
-         ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "init=scratch"]),
+         ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
     Case("checkpoint-dir-junk", ["continual-pretrain", *SMALL, "model.name_or_path={junk}"],
          ["model.name_or_path={junk}", "no config.json"]),
     Case("classifier-checkpoint-to-pretraining", ["continual-pretrain", *SMALL, *TINY_MODEL,
@@ -102,8 +102,8 @@ CASES = [
     Case("corpus-shorter-than-one-block", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
          "domain.sources=[file:{data}/short.txt]"], ["short.txt", "shorter than one block of 32 tokens"]),
     Case("resume-different-config", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
-         "domain.sources=[file:{data}/corpus.txt]", "masking=mlm_subword", "trainer.resume={earlier}"],
-         ["trainer.resume", "masking.name='mlm_subword' differs", "'fe_subword'"]),
+         "domain.sources=[file:{data}/corpus.txt]", "masking=mlm_subword", "resume={earlier}"],
+         ["resume", "masking.name='mlm_subword' differs", "'fe_subword'"]),
     Case("finetune-checkpoint-missing", ["finetune", "preset=tiny", "model.name_or_path=/nonexistent/ckpt",
          "finetune.seeds=[1]"], ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
     Case("task-malformed-jsonl", ["finetune", *LOCAL_TASK, "task.dataset={data}/task_malformed"],
@@ -123,7 +123,7 @@ def _save_tiny(root: Path) -> dict[str, Path]:
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
-    from femlm.train.testing import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     torch.manual_seed(0)
     tok = tiny_tokenizer(root / "tok")  # [specials] + w0..w122: 128 tokens

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from femlm.cli import COMMANDS
+from femlm.commands import COMMANDS
 
 pytestmark = pytest.mark.usefixtures("femlm_env")
 
@@ -55,27 +55,27 @@ def test_preset_tiny_overrides_paper_defaults(cli):
     paper = yaml.safe_load(cli("pretrain-scratch", "--cfg", "job").stdout)
     assert paper["model"]["name"] == "bert_base" and paper["data"]["block_size"] == 512
     assert paper["trainer"]["batch_size"] == 256 and paper["trainer"]["max_steps"] == 1_000_000
-    cont = yaml.safe_load(cli("continual-pretrain", "--cfg", "job", "--resolve", "domain=news").stdout)
+    cont = yaml.safe_load(cli("continual-pretrain", "--cfg", "job", "domain=news").stdout)
     assert cont["trainer"]["batch_size"] == 48 and cont["trainer"]["lr"] == pytest.approx(1e-4)
-    assert cont["trainer"]["max_steps"] == 20000 and cont["masking"]["splits"] == 4
+    assert cont["trainer"]["max_steps"] == 20000 and cont["masking"]["num_masks"] == 4
 
 
-def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path):
-    result = cli("continual-pretrain", "-m", "--dry-run", "masking.splits=2,4")
+def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path, tiny_local: list[str]):
+    result = cli("pretrain-scratch", "-m", "--dry-run", *tiny_local, "masking.num_masks=2,4")
     assert result.code == 0, result.stderr
-    sweeps = list((tmp_path / "runs" / "continual-pretrain").glob("multirun_*"))
+    sweeps = list((tmp_path / "runs" / "pretrain-scratch").glob("multirun_*"))
     assert len(sweeps) == 1
     jobs = sorted(p for p in sweeps[0].iterdir() if p.is_dir() and p.name.isdigit())
     assert [j.name for j in jobs] == ["0", "1"]
-    splits = sorted(yaml.safe_load((j / "config.yaml").read_text())["masking"]["splits"] for j in jobs)
-    assert splits == [2, 4]
+    ks = sorted(yaml.safe_load((j / "config.yaml").read_text())["masking"]["num_masks"] for j in jobs)
+    assert ks == [2, 4]
     for job in jobs:
         assert (job / "plan.json").is_file() and (job / "run.json").is_file()
 
 
-def test_two_runs_get_two_directories(cli, tmp_path: Path):
+def test_two_runs_get_two_directories(cli, tmp_path: Path, tiny_local: list[str]):
     for _ in range(2):
-        assert cli("pretrain-scratch", "--dry-run", "preset=tiny").code == 0
+        assert cli("pretrain-scratch", "--dry-run", *tiny_local).code == 0
     runs = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
     assert len(runs) == 2
     for run in runs:
@@ -88,22 +88,22 @@ BAD_CONFIGS = [
     (["masking=nope"], ["masking", "fe_subword"]),
     (["trainer.mx_steps=3"], ["mx_steps"]),
     (["trainer.max_steps=abc"], ["trainer.max_steps", "abc"]),
-    (["masking.splits=8", "masking.ratio=0.2"], ["splits", "ratio"]),
-    (["masking.splits=0"], ["splits"]),
+    (["masking.num_masks=8", "masking.ratio=0.2"], ["num_masks", "ratio"]),
+    (["masking.num_masks=0"], ["num_masks"]),
     (["masking.ratio=0"], ["ratio"]),
     (["masking.ratio=-0.1"], ["ratio"]),
     (["domain=mars"], ["domain", "cs"]),
-    (["trainer.precision=fp8"], ["trainer.precision", "bf16"]),
+    (["runtime.precision=fp8"], ["runtime.precision", "bf16"]),
 ]
 
 
 @pytest.mark.parametrize(("args", "needles"), BAD_CONFIGS)
 def test_bad_config_is_one_line_exit_2_in_process(capsys, args, needles):
     # In-process: the same validation path as the CLI, without a Python start-up per case.
-    from femlm.cli import _compose_all
+    from femlm.cli import _check_all
 
     with pytest.raises(SystemExit) as exit_info:
-        _compose_all(COMMANDS["continual-pretrain"], "continual-pretrain", args, multirun=False)
+        _check_all("continual-pretrain", args, multirun=False, print_job=False)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
@@ -113,26 +113,26 @@ def test_bad_config_is_one_line_exit_2_in_process(capsys, args, needles):
 
 
 def test_bad_config_through_the_real_cli(cli, tmp_path: Path):
-    result = cli("continual-pretrain", "--dry-run", "masking.splits=8", "masking.ratio=0.2")
-    assert_one_line_error(result, "splits", "ratio")
+    result = cli("continual-pretrain", "--dry-run", "masking.num_masks=8", "masking.ratio=0.2")
+    assert_one_line_error(result, "num_masks", "ratio")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))
 
 
 def test_bad_value_in_sweep_is_caught_before_any_job(cli, tmp_path: Path):
-    result = cli("continual-pretrain", "-m", "--dry-run", "masking.splits=2,0")
-    assert_one_line_error(result, "splits")
+    result = cli("continual-pretrain", "-m", "--dry-run", "masking.num_masks=2,0")
+    assert_one_line_error(result, "num_masks")
     assert not any((tmp_path / "runs").rglob("run.json")) if (tmp_path / "runs").exists() else True
 
 
 def test_resume_requires_a_run_directory(cli, tmp_path: Path):
-    result = cli("pretrain-scratch", "--dry-run", f"trainer.resume={tmp_path / 'nowhere'}")
-    assert_one_line_error(result, "trainer.resume")
+    result = cli("pretrain-scratch", "--dry-run", f"resume={tmp_path / 'nowhere'}")
+    assert_one_line_error(result, "resume")
 
 
-def test_resume_by_directory_reuses_the_runs_overrides(cli, tmp_path: Path):
-    assert cli("pretrain-scratch", "--dry-run", "preset=tiny", "masking=mlm_subword").code == 0
+def test_resume_by_directory_reuses_the_runs_overrides(cli, tmp_path: Path, tiny_local: list[str]):
+    assert cli("pretrain-scratch", "--dry-run", *tiny_local, "masking=mlm_subword").code == 0
     (run_dir,) = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
-    result = cli("pretrain-scratch", "--dry-run", f"trainer.resume={run_dir}", "trainer.max_steps=7")
+    result = cli("pretrain-scratch", "--dry-run", f"resume={run_dir}", "trainer.max_steps=7")
     assert result.code == 0, result.stderr
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert cfg["masking"]["name"] == "mlm_subword" and cfg["model"]["name"] == "tiny"

@@ -12,8 +12,9 @@ from femlm.data import corpus
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import blocks_meta, load_documents, prepare_blocks
 from femlm.data.registry import REGISTRY
-from femlm.data.tokenizer import load_tokenizer, train_wordpiece
+from femlm.data.tokenizer import train_wordpiece
 from femlm.errors import UserError
+from femlm.models.load import load_tokenizer
 
 WORDS = ["the", "model", "masks", "tokens", "and", "predicts", "them", "from", "context", "with", "lower",
          "gradient", "variance"]

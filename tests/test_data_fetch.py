@@ -15,7 +15,7 @@ import pytest
 from femlm.data import fetch
 from femlm.data.catalog import FileEntry
 from femlm.data.config import DownloadConfig
-from femlm.data.fetch import Unavailable, fetch_file, run_download
+from femlm.data.fetch import Unavailable, download_all, fetch_file
 from femlm.errors import UserError
 
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes: several reads, one partial chunk
@@ -180,13 +180,13 @@ def test_mirror_is_read_in_place_and_checked(tmp_path: Path, monkeypatch: pytest
     assert (mirror / "toy" / "m.txt").exists()  # a mirror file is refused, never deleted
 
 
-def test_run_download_offline_without_mirror_fails_with_hint(tmp_path: Path,
+def test_download_all_offline_without_mirror_fails_with_hint(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FEMLM_MIRROR", raising=False)
     cfg = DownloadConfig(cache_dir=str(tmp_path), offline=True)
     with pytest.raises(UserError, match="FEMLM_MIRROR"):
-        run_download(["sst2"], cfg)
+        download_all(["sst2"], cfg)
     with pytest.raises(UserError, match="could not be had"):
-        run_download(["glue"], cfg)
+        download_all(["glue"], cfg)
     with pytest.raises(UserError, match="unknown dataset 'nope'"):
-        run_download(["nope"], cfg)
+        download_all(["nope"], cfg)

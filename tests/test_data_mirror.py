@@ -6,16 +6,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from femlm.data.config import DomainConfig, DownloadConfig, TaskConfig
+from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import load_documents
-from femlm.data.fetch import run_download
-from femlm.data.presets import DOMAINS, TASKS
+from femlm.data.fetch import download_all
 from femlm.data.registry import REGISTRY
 from femlm.data.tasks import load_task, task_data_notes
-from femlm.data.tokenizer import load_tokenizer, model_config_path
+from femlm.data.tokenizer import mirrored_config_path
 from femlm.errors import UserError
+from femlm.models.load import load_tokenizer
+from helpers.configs import DOMAIN_NAMES, TASK_NAMES, domain, task
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def cfg(tmp_path_factory: pytest.TempPathFactory) -> DownloadConfig:
 
 
 def test_download_all_offline(cfg: DownloadConfig, capsys: pytest.CaptureFixture[str]) -> None:
-    rows = run_download(["all"], cfg)
+    rows = download_all(["all"], cfg)
     present = [r for r in rows if r["status"] != "absent"]
     # Every mirrored file the registry uses: 51 minus AG readme.txt and the 4 CoLA v1.1 cola_public copies.
     assert len(present) == 46
@@ -52,34 +52,34 @@ def test_download_all_offline(cfg: DownloadConfig, capsys: pytest.CaptureFixture
     assert absent == {"rct", "ag", "mnli", "qqp", "qnli", "wnli", "wikitext2"}
     assert "absent from the mirror" in capsys.readouterr().out
     with pytest.raises(UserError, match="mnli.*not found"):
-        run_download(["mnli"], cfg)  # named explicitly: an error
+        download_all(["mnli"], cfg)  # named explicitly: an error
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_split_sizes_and_labels(cfg: DownloadConfig, name: str) -> None:
-    task = TASKS[name]
-    dd = load_task(task, cfg)
+    task_cfg = task(name)
+    dd = load_task(task_cfg, cfg)
     assert {k: len(v) for k, v in dd.items()} == EXPECTED[name]
-    assert ("text_pair" in dd["train"].column_names) == (len(task.text_fields) == 2)
-    if task.labels is None:
+    assert ("text_pair" in dd["train"].column_names) == (len(task_cfg.text_fields) == 2)
+    if task_cfg.labels is None:
         assert min(dd["dev"]["label"]) >= 0.0 and max(dd["dev"]["label"]) <= 5.0
     else:
-        assert dd["train"].features["label"].names == task.labels
+        assert dd["train"].features["label"].names == task_cfg.labels
         seen = set().union(*(set(d["label"]) for d in dd.values()))
-        assert seen == set(range(len(task.labels))) or name == "chemprot"
+        assert seen == set(range(len(task_cfg.labels))) or name == "chemprot"
 
 
 def test_label_counts_match_manifest(cfg: DownloadConfig) -> None:
-    aclarc = load_task(TASKS["aclarc"], cfg)["train"]
-    names = TASKS["aclarc"].labels
+    aclarc = load_task(task("aclarc"), cfg)["train"]
+    names = task("aclarc").labels
     assert Counter(names[i] for i in aclarc["label"]) == {"Background": 867, "Uses": 317, "CompareOrContrast": 305,
                                                           "Motivation": 76, "Extends": 63, "Future": 60}
-    rte = load_task(TASKS["rte"], cfg)["dev"]
+    rte = load_task(task("rte"), cfg)["dev"]
     assert Counter(rte["label"]) == {0: 146, 1: 131}
-    hp = load_task(TASKS["hyperpartisan"], cfg)
+    hp = load_task(task("hyperpartisan"), cfg)
     assert sum(len(d) for d in hp.values()) == 587
-    assert any("HyperPartisan" in n for n in task_data_notes(TASKS["hyperpartisan"], cfg))
-    assert any("carved" in n for n in task_data_notes(TASKS["agnews"], cfg))
+    assert any("HyperPartisan" in n for n in task_data_notes(task("hyperpartisan"), cfg))
+    assert any("carved" in n for n in task_data_notes(task("agnews"), cfg))
 
 
 def test_tokenizers_and_configs(cfg: DownloadConfig) -> None:
@@ -91,36 +91,31 @@ def test_tokenizers_and_configs(cfg: DownloadConfig) -> None:
         reference = AutoTokenizer.from_pretrained(str(MIRROR / "tokenizers" / name))
         assert ours(text)["input_ids"] == reference(text)["input_ids"]
         assert ours.is_fast and ours.model_max_length == 512
-        assert model_config_path(name, cfg) == MIRROR / "tokenizers" / name / "config.json"
+        assert mirrored_config_path(name, cfg) == MIRROR / "tokenizers" / name / "config.json"
     assert load_tokenizer("bert-base-uncased", cfg)("a b")["input_ids"][0] == 101
     assert load_tokenizer("roberta-base", cfg)("a b")["input_ids"][0] == 0
 
 
 def test_domains_have_documents(cfg: DownloadConfig) -> None:
-    sizes = {name: len(load_documents(domain, cfg)) for name, domain in DOMAINS.items()}
+    sizes = {name: len(load_documents(domain(name), cfg)) for name in DOMAIN_NAMES}
     assert sizes["cs"] > 3000 and sizes["news"] > 3000 and sizes["general"] > 100
-    small = load_documents(DomainConfig("cs", ["s2orc:cs"], None, None, None, max_documents=10), cfg, seed=3)
+    small = load_documents(DomainConfig("cs", ["s2orc:cs"], max_documents=10), cfg, seed=3)
     assert len(small) == 10 and small == load_documents(
-        DomainConfig("cs", ["s2orc:cs"], None, None, None, max_documents=10), cfg, seed=3)
+        DomainConfig("cs", ["s2orc:cs"], max_documents=10), cfg, seed=3)
 
 
-def test_conf_yaml_matches_presets() -> None:
-    for group, presets, schema in (("task", TASKS, TaskConfig), ("domain", DOMAINS, DomainConfig)):
-        files = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
-        assert files == sorted(presets)
-        for name, preset in presets.items():
-            loaded = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema),
-                                                         OmegaConf.load(REPO / "conf" / group / f"{name}.yaml")))
-            assert loaded == preset, name
-            assert preset.dataset in REGISTRY if group == "task" else all(
-                s.split(":")[0] in REGISTRY for s in preset.sources)
+def test_every_task_and_domain_names_registry_data() -> None:
+    for name in TASK_NAMES:
+        assert task(name).dataset in REGISTRY, name
+    for name in DOMAIN_NAMES:
+        assert all(s.split(":")[0] in REGISTRY for s in domain(name).sources), name
 
 
 def test_roberta_blocks_use_its_own_special_tokens(cfg: DownloadConfig, tmp_path: Path) -> None:
     from femlm.data.corpus import prepare_blocks
 
     tokenizer = load_tokenizer("roberta-base", cfg)
-    domain = DomainConfig("cs", ["s2orc:cs"], None, None, None, max_documents=20, validation_fraction=0.1)
+    domain = DomainConfig("cs", ["s2orc:cs"], max_documents=20, validation_fraction=0.1)
     dd = prepare_blocks(domain, tokenizer, 64, cfg, tmp_path, num_proc=1)
     first = dd["train"][0]["input_ids"]
     assert len(first) == 64 and first[0] == tokenizer.bos_token_id == 0

@@ -11,10 +11,10 @@ import pytest
 
 from femlm.data import documents, readers
 from femlm.data.config import DownloadConfig, TaskConfig
-from femlm.data.presets import TASKS
 from femlm.data.registry import REGISTRY
 from femlm.data.tasks import load_task
 from femlm.errors import UserError
+from helpers.configs import TASK_NAMES, task
 
 
 def _toy_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, files: dict[str, str | bytes]
@@ -52,62 +52,62 @@ def test_malformed_jsonl_names_file_and_line(tmp_path: Path) -> None:
 def test_dapt_task_labels_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = _jsonl({"text": "x", "label": "Uses", "metadata": []}, {"text": "y", "label": "Future"})
     cfg = _toy_mirror(tmp_path, monkeypatch, "citation_intent", {"train": good, "dev": good, "test": good})
-    dd = load_task(TASKS["aclarc"], cfg)
+    dd = load_task(task("aclarc"), cfg)
     assert {k: len(v) for k, v in dd.items()} == {"train": 2, "dev": 2, "test": 2}
     assert dd["train"]["label"] == [5, 3] and dd["train"].column_names == ["text", "label"]
-    assert dd["train"].features["label"].names == TASKS["aclarc"].labels
+    assert dd["train"].features["label"].names == task("aclarc").labels
     # A label outside the task's label set: file, line, label and the allowed set.
     cfg = _toy_mirror(tmp_path, monkeypatch, "citation_intent",
                       {"train": good + _jsonl({"text": "z", "label": "Bogus"})})
     with pytest.raises(UserError, match=r"train\.jsonl:3: label 'Bogus' is not in task\.labels.*Background"):
-        load_task(TASKS["aclarc"], cfg)
+        load_task(task("aclarc"), cfg)
     # An empty file.
     cfg = _toy_mirror(tmp_path, monkeypatch, "citation_intent", {"train": "\n", "dev": good, "test": good})
     with pytest.raises(UserError, match=r"train\.jsonl: no examples"):
-        load_task(TASKS["aclarc"], cfg)
+        load_task(task("aclarc"), cfg)
 
 
 def test_missing_split_and_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = _jsonl({"text": "x", "label": "USED-FOR"})
     cfg = _toy_mirror(tmp_path, monkeypatch, "sciie", {"train": good, "dev": good, "test": good})
     with pytest.raises(UserError, match=r"eval_split='validation'.*train, dev, test"):
-        load_task(dataclasses.replace(TASKS["scierc"], eval_split="validation"), cfg)
+        load_task(dataclasses.replace(task("scierc"), eval_split="validation"), cfg)
     (tmp_path / "mirror" / "dapt" / "sciie" / "test.jsonl").unlink()
     with pytest.raises(UserError, match=r"sciie.*test\.jsonl not found.*FEMLM_MIRROR=DIR"):
-        load_task(TASKS["scierc"], cfg)
+        load_task(task("scierc"), cfg)
 
 
 def test_glue_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mrpc = ("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said \"hi\".\tHe said hi.\n"
             "0\t3\t4\tA\tB\n")
     cfg = _toy_mirror(tmp_path, monkeypatch, "mrpc", {"train": mrpc, "dev": mrpc})
-    dd = load_task(TASKS["mrpc"], cfg)
+    dd = load_task(task("mrpc"), cfg)
     assert dd["train"][0] == {"text": 'He said "hi".', "text_pair": "He said hi.", "label": 1}
     cola = "gj04\t1\t\tFine sentence.\ngj04\t0\t*\tBad sentence ."  # no header, no trailing newline
     cfg = _toy_mirror(tmp_path, monkeypatch, "cola", {"train": cola, "dev": cola})
-    dd = load_task(TASKS["cola"], cfg)
+    dd = load_task(task("cola"), cfg)
     assert dd["dev"]["text"] == ["Fine sentence.", "Bad sentence ."] and dd["dev"]["label"] == [1, 0]
     sts = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
            "0\tg\tf\ty\t1\tn\tn\tA plane.\tAn air plane.\t4.750\n")
     cfg = _toy_mirror(tmp_path, monkeypatch, "stsb", {"train": sts, "dev": sts})
-    dd = load_task(TASKS["stsb"], cfg)
+    dd = load_task(task("stsb"), cfg)
     assert dd["dev"][0]["label"] == pytest.approx(4.75) and dd["dev"][0]["text_pair"] == "An air plane."
     short = "sentence\tlabel\nonly one column\n"
     cfg = _toy_mirror(tmp_path, monkeypatch, "sst2", {"train": short, "dev": short})
     with pytest.raises(UserError, match=r"train\.tsv:2: 1 tab-separated columns"):
-        load_task(TASKS["sst2"], cfg)
+        load_task(task("sst2"), cfg)
 
 
 def test_ag_news_carve_is_stratified_and_noted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = "".join(f'"{c}","Title {i}","Desc\\ {i}"\n' for i in range(50) for c in (1, 2, 3, 4))
     cfg = _toy_mirror(tmp_path, monkeypatch, "ag", {"classes": "World\nSports\nBusiness\nSci/Tech\n",
                                                     "test": rows})
-    dd = load_task(TASKS["agnews"], cfg)
+    dd = load_task(task("agnews"), cfg)
     assert {k: len(v) for k, v in dd.items()} == {"train": 140, "dev": 20, "test": 40}
     assert sorted(dd["test"]["label"]) == [0] * 10 + [1] * 10 + [2] * 10 + [3] * 10
     assert dd["train"][0]["text"].startswith("Title ") and "\\" not in dd["train"][0]["text"]
     assert "carved" in dd["test"].info.description
-    again = load_task(TASKS["agnews"], cfg)
+    again = load_task(task("agnews"), cfg)
     assert again["test"]["text"] == dd["test"]["text"]  # fixed carve seed
 
 
@@ -125,7 +125,7 @@ def test_hyperpartisan_overlap_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     files = _hp_files(10, {"train": [0, 1, 2, 3, 4, 5], "dev": [5, 6, 7], "test": [4, 5, 8]})
     cfg = _toy_mirror(tmp_path, monkeypatch, "hyperpartisan_news", files)
     with caplog.at_level(logging.WARNING):
-        dd = load_task(TASKS["hyperpartisan"], cfg)
+        dd = load_task(task("hyperpartisan"), cfg)
     assert {k: len(v) for k, v in dd.items()} == {"train": 4, "dev": 2, "test": 3}
     assert "2 ids in train and test, 1 in dev and test" in caplog.text and "1 articles are unassigned" in caplog.text
     assert dd["test"]["text"][0] == "Text 4 more. tail" and dd["test"]["label"] == [0, 1, 0]
@@ -136,14 +136,16 @@ def test_hyperpartisan_overlap_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_task_config_validation() -> None:
-    for task in TASKS.values():
-        task.validate()
+    for task_cfg in (task(name) for name in TASK_NAMES):
+        task_cfg.validate()
     with pytest.raises(UserError, match="main_metric"):
-        dataclasses.replace(TASKS["cola"], main_metric="accuracy").validate()
+        dataclasses.replace(task("cola"), main_metric="accuracy").validate()
     with pytest.raises(UserError, match="regression"):
-        dataclasses.replace(TASKS["stsb"], labels=["0", "1"]).validate()
+        dataclasses.replace(task("stsb"), labels=["0", "1"]).validate()
     with pytest.raises(UserError, match="1 or 2 fields"):
-        TaskConfig(text_fields=["a", "b", "c"]).validate()
+        TaskConfig(dataset="./mine", labels=["a", "b"], text_fields=["a", "b", "c"]).validate()
+    with pytest.raises(UserError, match="task.labels is not set"):
+        TaskConfig(dataset="./mine").validate()  # a local dataset names its labels
 
 
 def test_corpus_readers(tmp_path: Path) -> None:

@@ -17,13 +17,15 @@ import torch
 from datasets import Dataset, DatasetDict
 from transformers import BertConfig, BertForMaskedLM, BertTokenizer, DataCollatorWithPadding
 
-from femlm.config import EvaluateCommandConfig, FinetuneCommandConfig
+from femlm.config import FemlmConfig
 from femlm.data.config import TaskConfig
 from femlm.errors import UserError
-from femlm.eval import finetune as loop
-from femlm.eval import pipeline, run_evaluate, run_finetune
+from femlm.eval import classifier as loop
+from femlm.eval import evaluate, finetune
+from femlm.eval.evaluate import run_evaluate
+from femlm.eval.finetune import run_finetune
 from femlm.eval.inputs import encode, label_spec
-from femlm.eval.model import load_classifier
+from femlm.models.load import load_classifier
 from femlm.runs import Run
 
 torch.set_num_threads(1)
@@ -94,7 +96,7 @@ def toy_task(**overrides: Any) -> TaskConfig:
 
 
 def make_cfg(checkpoint: Path, task: TaskConfig, evaluate: bool = False, **finetune: Any) -> Any:
-    cfg = EvaluateCommandConfig() if evaluate else FinetuneCommandConfig()
+    cfg = FemlmConfig(command="evaluate" if evaluate else "finetune")
     cfg.task = task
     cfg.model.name_or_path = str(checkpoint)
     cfg.logger.progress = False
@@ -110,8 +112,9 @@ def toy_data(monkeypatch: pytest.MonkeyPatch) -> dict[str, DatasetDict]:
     nodev = toy_sentiment()
     data = {"toy": toy_sentiment(), "toysts": toy_similarity(),
             "nodev": DatasetDict({"train": nodev["train"], "test": nodev["test"]})}
-    monkeypatch.setattr(pipeline, "load_task", lambda task, download: data[task.name])
-    monkeypatch.setattr(pipeline, "task_data_notes", lambda task, download=None: ["toy data note"])
+    for module in (finetune, evaluate):
+        monkeypatch.setattr(module, "load_task", lambda task, download: data[task.name])
+        monkeypatch.setattr(module, "task_data_notes", lambda task, download=None: ["toy data note"])
     return data
 
 
@@ -166,7 +169,7 @@ def test_regression_pairs_like_stsb(checkpoint: Path, toy_data: Any, tmp_path: P
     task = toy_task(name="toysts", text_fields=["sentence1", "sentence2"], labels=None,
                     metric="pearson_spearman", main_metric="pearson", eval_split="dev", patience=None, epochs=2)
     spec = label_spec(task)
-    model, fresh = load_classifier(str(checkpoint), spec)
+    model, fresh = load_classifier(str(checkpoint), spec, None)
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
     assert "classifier.weight" in fresh
     results = run_finetune(make_cfg(checkpoint, task), new_run(tmp_path / "sts"))
@@ -221,7 +224,7 @@ def test_early_stopping_restores_best_epoch(checkpoint: Path, monkeypatch: pytes
         return {"macro_f1": next(scripted), "accuracy": 0.5}, []
 
     monkeypatch.setattr(loop, "score_split", fake_score)
-    model, _ = load_classifier(str(checkpoint), spec)
+    model, _ = load_classifier(str(checkpoint), spec, None)
     recipe = loop.Recipe(epochs=10, lr=1e-2, batch_size=8, max_length=32, patience=2, warmup_ratio=0.0,
                          weight_decay=0.0)
     logged: list[dict[str, Any]] = []
@@ -261,7 +264,7 @@ def test_user_errors(checkpoint: Path, toy_data: Any, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=f"at most {MAX_POSITIONS} positions"):
         run_finetune(make_cfg(checkpoint, toy_task(), max_length=MAX_POSITIONS + 1), new_run(tmp_path / "c"))
     with pytest.raises(UserError, match="give a local checkpoint"):
-        pipeline.resolve_checkpoint("no-such-org/no-such-model")
+        finetune.resolve_checkpoint("no-such-org/no-such-model")
         load_classifier("no-such-org/no-such-model", label_spec(toy_task()),
                         download=type("D", (), {"offline": True})())
     with pytest.raises(UserError, match="needs a dev split"):  # never select epochs on test

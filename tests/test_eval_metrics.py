@@ -5,19 +5,18 @@ Every expected number is computed by hand in the comments, not by the library un
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from pathlib import Path
 
 import pytest
-import yaml
 
 from femlm.errors import UserError
 from femlm.eval.config import FinetuneConfig
 from femlm.eval.inputs import label_spec, split_labels, stratified_subsample
 from femlm.eval.metrics import compute_metrics, majority_label, majority_scores
 from femlm.eval.results import aggregate, aggregate_seeds, mean_std
-
-CONF_TASK = Path(__file__).resolve().parent.parent / "conf" / "task"
+from femlm.runtime.config import RuntimeConfig
+from helpers.configs import TASK_NAMES, task
 
 # Three classes: gold 0 0 1 1 2 2, predicted 0 1 1 1 2 0.
 #   class 0: TP 1, FP 1 (ex 5), FN 1 (ex 1) -> P 1/2, R 1/2, F1 1/2
@@ -117,8 +116,8 @@ def test_seeds_empty_is_a_user_error() -> None:
         FinetuneConfig(seeds=[]).validate()
     with pytest.raises(UserError, match="distinct"):
         FinetuneConfig(seeds=[1, 1]).validate()
-    with pytest.raises(UserError, match="finetune.device"):
-        FinetuneConfig(device="tpu").validate()
+    with pytest.raises(UserError, match="runtime.device"):
+        RuntimeConfig(device="tpu").validate()
 
 
 def test_stratified_subsample_keeps_every_class() -> None:
@@ -163,22 +162,9 @@ def test_split_labels_checked_against_the_label_set() -> None:
     assert split_labels({"label": [1, 4.5]}, reg, "stsb", "dev") == [1.0, 4.5]
 
 
-def _task_configs() -> list[dict]:
-    """conf/task/*.yaml; before the data engineer writes them, the presets they are written from."""
-    if CONF_TASK.is_dir() and any(CONF_TASK.glob("*.yaml")):
-        return [yaml.safe_load(p.read_text()) for p in sorted(CONF_TASK.glob("*.yaml"))]
-    try:
-        from dataclasses import asdict
-
-        from femlm.data.presets import TASKS
-    except ImportError:
-        return []
-    return [asdict(t) for t in TASKS.values()]
-
-
-@pytest.mark.skipif(not _task_configs(), reason="neither conf/task/ nor femlm.data.presets yet")
-@pytest.mark.parametrize("cfg", _task_configs(), ids=lambda c: c.get("name", "?"))
-def test_label_mapping_for_every_task_config(cfg: dict) -> None:
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_label_mapping_for_every_task_config(name: str) -> None:
+    cfg = dataclasses.asdict(task(name))
     spec = label_spec(_Task(cfg["name"], cfg["labels"]))
     if cfg["labels"] is None:
         assert cfg["metric"] == "pearson_spearman"

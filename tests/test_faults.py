@@ -29,17 +29,19 @@ from safetensors.torch import load_file
 
 from femlm.runs import Run
 from femlm.train import checkpoint as ckpt
-from femlm.train import inputs, run_pretrain
-from femlm.train.testing import fake_load_blocks, tiny_config, tiny_tokenizer
+from femlm.train import inputs
+from femlm.train.loop import run_pretrain
+from helpers.processes import child_env
+from helpers.tiny import fake_load_blocks, tiny_config, tiny_tokenizer
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"max_steps": 12, "save_every": 4, "eval_every": 4, "log_every": 1, "batch_size": 8, "keep_last": 2}
 # CLI runs on a local corpus with a 128-token vocabulary: no mirror, seconds per run.
-CLI_RUN = ["preset=tiny", "data.eval_blocks=4", "trainer.threads=1", "logger.progress=false",
+CLI_RUN = ["preset=tiny", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
            "logger.wandb.mode=disabled", "model.arch.hidden_size=16", "model.arch.num_hidden_layers=1",
            "model.arch.num_attention_heads=2", "model.arch.intermediate_size=32", "data.block_size=32",
-           "trainer.batch_size=4", "trainer.log_every=1"]
+           "trainer.batch_size=4", "runtime.log_every=1"]
 
 # Shared by the subprocess scripts below: the checkpoint write of `target` (e.g. state_8) runs the real writer,
 # truncates its biggest file to half (a torn write), then calls `after(path)` before the rename can happen.
@@ -66,8 +68,8 @@ KILL_IN_SAVE = TEAR_CHECKPOINT + textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from femlm.runs import Run
-    from femlm.train import run_pretrain
-    from femlm.train.testing import patch_blocks, tiny_config
+    from femlm.train.loop import run_pretrain
+    from helpers.tiny import patch_blocks, tiny_config
     root, target, settings = Path(sys.argv[1]), sys.argv[2], eval(sys.argv[3])
     patch_blocks()
     tear_checkpoint(target, lambda path: os.kill(os.getpid(), signal.SIGKILL))
@@ -86,11 +88,6 @@ CLI_DISK_FULL = TEAR_CHECKPOINT + textwrap.dedent("""
     sys.argv = ["femlm", *sys.argv[2:]]
     main()
 """)
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
 
 
 def curve(run_dir: Path) -> list[tuple]:
@@ -167,7 +164,7 @@ def test_sigkill_inside_checkpoint_write_keeps_the_previous_one_and_resumes(synt
     assert not (ckpt_dir / target).exists()
     assert ckpt.latest_state(ckpt_dir)[0] == 4  # the previous state is the newest complete one
     state = ckpt.load_state(ckpt_dir / "state_4")  # and it loads
-    assert state["step"] == 4
+    assert state["progress"]["step"] == 4
     assert (ckpt_dir / "step_4" / "model.safetensors").is_file() and load_file(ckpt_dir / "step_4" /
                                                                                "model.safetensors")
 
@@ -202,7 +199,7 @@ def test_disk_full_during_checkpoint_write_keeps_the_previous_one(synthetic: Pat
     assert err.value.errno == errno.ENOSPC
     ckpt_dir = run.dir / "checkpoints"
     assert not list(ckpt_dir.glob("*.tmp-*")), "the failed write left a temporary behind"
-    assert ckpt.latest_state(ckpt_dir)[0] == 4 and ckpt.load_state(ckpt_dir / "state_4")["step"] == 4
+    assert ckpt.latest_state(ckpt_dir)[0] == 4 and ckpt.load_state(ckpt_dir / "state_4")["progress"]["step"] == 4
     assert not (ckpt_dir / "final").exists()
 
     monkeypatch.setattr(ckpt, "atomic_dir", real_atomic_dir)  # space is free again: resume
@@ -214,7 +211,7 @@ def test_disk_full_during_checkpoint_write_keeps_the_previous_one(synthetic: Pat
 
 def test_disk_full_through_the_cli_is_one_line_and_keeps_the_run(local_corpus: dict[str, Path],
                                                                  femlm_env: dict[str, str], tmp_path: Path) -> None:
-    args = cli_args(local_corpus, "trainer.max_steps=6", "trainer.save_every=2", "trainer.eval_every=2")
+    args = cli_args(local_corpus, "trainer.max_steps=6", "runtime.save_every=2", "runtime.eval_every=2")
     proc = subprocess.run([sys.executable, "-c", CLI_DISK_FULL, "state_4", *args], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path, env={**child_env(), **femlm_env})
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -222,7 +219,7 @@ def test_disk_full_through_the_cli_is_one_line_and_keeps_the_run(local_corpus: d
     assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
     run = only_run(tmp_path / "runs")
     assert lines[0].startswith("femlm: error: No space left on device"), lines[0]
-    assert "ENOSPC" in lines[0] and str(run) in lines[0] and "trainer.resume=" in lines[0]
+    assert "ENOSPC" in lines[0] and str(run) in lines[0] and "resume=" in lines[0]
     assert ckpt.latest_state(run / "checkpoints")[0] == 2  # the run directory and its last state survive
     assert not list((run / "checkpoints").glob("*.tmp-*"))
 
@@ -243,9 +240,9 @@ def small_disk(tmp_path: Path):
 
 def test_real_full_disk_through_the_cli_is_one_line(local_corpus: dict[str, Path], femlm_env: dict[str, str],
                                                      tmp_path: Path, small_disk: Path) -> None:
-    args = ["pretrain-scratch", "preset=tiny", "data.eval_blocks=4", "trainer.threads=1", "logger.progress=false",
+    args = ["pretrain-scratch", "preset=tiny", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
             "logger.wandb.mode=disabled", "data.block_size=32", "trainer.batch_size=4", "trainer.max_steps=4",
-            "trainer.save_every=2", f"model.tokenizer={local_corpus['tok']}",
+            "runtime.save_every=2", f"model.tokenizer={local_corpus['tok']}",
             f"domain.sources=[file:{local_corpus['corpus']}]"]
     env = {**child_env(), **femlm_env, "FEMLM_RUNS": str(small_disk / "runs")}
     proc = subprocess.run([sys.executable, "-m", "femlm.cli", *args], capture_output=True, text=True, timeout=300,
@@ -255,7 +252,7 @@ def test_real_full_disk_through_the_cli_is_one_line(local_corpus: dict[str, Path
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("femlm: error: No space left on device writing ") and str(run) in lines[0]
-    assert "ENOSPC" in lines[0] and "trainer.resume=" in lines[0]
+    assert "ENOSPC" in lines[0] and "resume=" in lines[0]
 
 
 # ----------------------------------------------------------------------------------------------- Ctrl-C
@@ -287,19 +284,19 @@ def _start_and_interrupt(args: list[str], env: dict[str, str], cwd: Path, runs: 
 
 def test_ctrl_c_exits_130_with_one_line(local_corpus: dict[str, Path], femlm_env: dict[str, str],
                                         tmp_path: Path) -> None:
-    args = cli_args(local_corpus, "trainer.max_steps=100000", "trainer.save_every=100000")
+    args = cli_args(local_corpus, "trainer.max_steps=100000", "runtime.save_every=100000")
     code, stderr, run, _ = _start_and_interrupt(args, {**child_env(), **femlm_env}, tmp_path, tmp_path / "runs")
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert code == 130, stderr[-3000:]
     assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
-    assert "interrupted" in lines[0] and str(run) in lines[0] and f"trainer.resume={run}" in lines[0]
+    assert "interrupted" in lines[0] and str(run) in lines[0] and f"resume={run}" in lines[0]
     assert (run / "run.json").is_file()  # the run directory is kept
 
 
 def test_ctrl_c_saves_a_checkpoint_then_resume_continues(local_corpus: dict[str, Path],
                                                          femlm_env: dict[str, str], tmp_path: Path) -> None:
-    args = cli_args(local_corpus, "trainer.max_steps=100000", "trainer.save_every=100000",
-                    "trainer.eval_every=100000")
+    args = cli_args(local_corpus, "trainer.max_steps=100000", "runtime.save_every=100000",
+                    "runtime.eval_every=100000")
     env = {**child_env(), **femlm_env}
     code, _, run, last = _start_and_interrupt(args, env, tmp_path, tmp_path / "runs")
     assert code == 130
@@ -308,7 +305,7 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(local_corpus: dict[str,
     assert saved[0] >= last  # everything logged before the interrupt is covered by the saved state
     resume = [a for a in args if not a.startswith("trainer.max_steps=")]
     proc = subprocess.run([sys.executable, "-m", "femlm.cli", *resume, f"trainer.max_steps={saved[0] + 2}",
-                           f"trainer.resume={run}"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           f"resume={run}"], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = [s for s, loss, _, _ in curve(run) if loss is not None]
@@ -318,8 +315,8 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(local_corpus: dict[str,
 # ----------------------------------------------------------------------------------------------- determinism
 def test_same_config_and_seed_give_the_same_metrics_on_cpu(cli, local_corpus: dict[str, Path],
                                                            tmp_path: Path) -> None:
-    args = cli_args(local_corpus, "trainer.max_steps=5", "trainer.eval_every=5", "trainer.save_every=5",
-                    "trainer.device=cpu")
+    args = cli_args(local_corpus, "trainer.max_steps=5", "runtime.eval_every=5", "runtime.save_every=5",
+                    "runtime.device=cpu")
 
     def numbers(run: Path) -> list[tuple]:
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

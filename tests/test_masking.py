@@ -73,7 +73,7 @@ def test_fully_explored_subword_partition_properties(
     ratio = ratio_frac / k  # K * ratio <= 1
     n_valid = [k + x for x in lengths]  # every row fits K masks
     ids, att = make_batch(n_valid, max(n_valid) + 2 + 3, seed)
-    masker = masker_for("fully_explored", ratio=ratio, splits=k)
+    masker = masker_for("fully_explored", ratio=ratio, num_masks=k)
     sel = masker.select(ids, att, make_generator(seed, 0))
     out = masker(ids, att, make_generator(seed, 0))
     valid = att.bool() & ~torch.isin(ids, torch.tensor(SPECIALS))
@@ -99,7 +99,7 @@ def test_fe_single_mask_is_uniform_over_all_tau_subsets() -> None:
     """Lemma 2: each copy of M_FE(tau) is marginally Unif(M(tau)); chi-square over all C(8,2)=28 subsets."""
     n, k, draws = 8, 4, 14_000
     ids, att = make_batch([n] * draws, n + 2)
-    sel = masker_for("fully_explored", ratio=0.25, splits=k).select(ids, att, make_generator(7, 0))
+    sel = masker_for("fully_explored", ratio=0.25, num_masks=k).select(ids, att, make_generator(7, 0))
     subsets = {s: i for i, s in enumerate(itertools.combinations(range(1, n + 1), 2))}
     for copy in range(k):
         pos = sel[:, copy].nonzero()[:, 1].view(draws, 2)
@@ -112,7 +112,7 @@ def test_per_position_marginal_is_uniform(strategy: str) -> None:
     n, draws = 20, 5_000
     k = 1 if strategy == "random" else 4
     ids, att = make_batch([n] * draws, n + 2)
-    sel = masker_for(strategy, ratio=0.15, splits=k).select(ids, att, make_generator(3, 1))
+    sel = masker_for(strategy, ratio=0.15, num_masks=k).select(ids, att, make_generator(3, 1))
     for copy in range(k):
         freq = sel[:, copy, 1 : n + 1].sum(0).numpy()
         assert freq.sum() == draws * 3
@@ -125,8 +125,8 @@ def test_per_position_marginal_is_uniform(strategy: str) -> None:
 
 def test_iid_copies_overlap_but_fe_never_do() -> None:
     ids, att = make_batch([20] * 200, 22)
-    iid = masker_for("iid", ratio=0.25, splits=4).select(ids, att, make_generator(0, 0))
-    fe = masker_for("fully_explored", ratio=0.25, splits=4).select(ids, att, make_generator(0, 0))
+    iid = masker_for("iid", ratio=0.25, num_masks=4).select(ids, att, make_generator(0, 0))
+    fe = masker_for("fully_explored", ratio=0.25, num_masks=4).select(ids, att, make_generator(0, 0))
     assert (iid.sum(1) > 1).any()
     assert (iid.sum(-1) == 5).all()  # iid copies still hold exactly tau each
     assert (fe.sum(1) <= 1).all()
@@ -191,7 +191,7 @@ def test_make_generator_is_deterministic_and_mixes_all_inputs() -> None:
 )
 def test_same_seed_same_masks_other_step_other_masks(strategy: str, granularity: str, count: str) -> None:
     k = 1 if strategy == "random" else 4
-    m = masker_for(strategy, granularity, ratio=0.15, splits=k, count=count)
+    m = masker_for(strategy, granularity, ratio=0.15, num_masks=k, count=count)
     ids, att = make_batch([60, 45, 30], 64)
     a = m(ids, att, make_generator(11, 100))
     b = m(ids, att, make_generator(11, 100))
@@ -205,11 +205,11 @@ def test_same_seed_same_masks_other_step_other_masks(strategy: str, granularity:
 @pytest.mark.parametrize(
     ("kwargs", "key"),
     [
-        ({"strategy": "fully_explored", "splits": 4, "ratio": 0.3}, "splits * masking.ratio"),
+        ({"strategy": "fully_explored", "num_masks": 4, "ratio": 0.3}, "num_masks * masking.ratio"),
         ({"ratio": 0.0}, "masking.ratio"),
         ({"ratio": -0.1}, "masking.ratio"),
         ({"ratio": 1.5}, "masking.ratio"),
-        ({"strategy": "iid", "splits": 0}, "masking.splits"),
+        ({"strategy": "iid", "num_masks": 0}, "masking.num_masks"),
         ({"mask_replace_prob": 1.2}, "masking.mask_replace_prob"),
         ({"random_replace_prob": -0.1}, "masking.random_replace_prob"),
         (
@@ -219,7 +219,7 @@ def test_same_seed_same_masks_other_step_other_masks(strategy: str, granularity:
         ({"span_p": 0.0}, "masking.span_p"),
         ({"span_p": 1.5}, "masking.span_p"),
         ({"span_min": 5, "span_max": 2}, "masking.span_min"),
-        ({"strategy": "fully_explored", "splits": 2, "count": "bernoulli"}, "masking.count"),
+        ({"strategy": "fully_explored", "num_masks": 2, "count": "bernoulli"}, "masking.count"),
         ({"granularity": "span", "count": "bernoulli"}, "masking.count"),
         ({"strategy": "fe"}, "masking.strategy"),
         ({"granularity": "char"}, "masking.granularity"),
@@ -235,15 +235,15 @@ def test_invalid_config_gives_one_line_error(kwargs: dict, key: str) -> None:
 
 
 def test_random_strategy_forces_one_split_and_fe_keeps_k() -> None:
-    cfg = MaskingConfig(strategy="random", splits=4, ratio=0.15).validate()
-    assert cfg.splits == 1 and cfg.num_copies == 1
-    assert MaskingConfig(strategy="fully_explored", splits=4, ratio=0.25).validate().num_copies == 4
+    cfg = MaskingConfig(strategy="random", num_masks=4, ratio=0.15).validate()
+    assert cfg.num_masks == 1 and cfg.num_copies == 1
+    assert MaskingConfig(strategy="fully_explored", num_masks=4, ratio=0.25).validate().num_copies == 4
 
 
 @pytest.mark.parametrize("strategy", ["fully_explored", "iid"])
 def test_too_short_sequence_raises_naming_row_and_lengths(strategy: str) -> None:
     ids, att = make_batch([30, 3, 20], 34)
-    masker = masker_for(strategy, ratio=0.15, splits=4)
+    masker = masker_for(strategy, ratio=0.15, num_masks=4)
     with pytest.raises(MaskingError, match=r"row 1 has n_valid=3 .*K=4"):
         masker(ids, att, make_generator(0, 0))
     masker(ids[[0, 2]], att[[0, 2]], make_generator(0, 0))  # the same masker works once the row is gone

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import types
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from femlm.masking import (
     IGNORE_INDEX,
@@ -19,8 +16,8 @@ from femlm.masking import (
     make_generator,
     sequences_per_batch,
 )
+from helpers.configs import composed, options
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "masking"
 WORDS = [
     *("the", "a", "of", "to", "and", "in", "is", "it", "that", "was", "for", "on", "are"),
     *("with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by"),
@@ -60,25 +57,11 @@ def sentences(n: int, seed: int = 0) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- configs
-def test_yaml_configs_match_dataclass_fields() -> None:
-    names = {p.stem for p in CONF.glob("*.yaml")}
-    assert {
-        "mlm_subword",
-        "mlm_span",
-        "fe_subword",
-        "fe_span",
-        "iid_subword",
-        "iid_span",
-        "mlm_bernoulli",
-        "mlm_wwm",
-    } <= names
-    fields = set(MaskingConfig.field_names())
-    for path in sorted(CONF.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text())
-        assert set(data) == fields, path.name
-        cfg = MaskingConfig.from_yaml(path).validate()
-        assert cfg.name == path.stem and cfg.ratio == 0.15 and cfg.span_p == 0.2
-        assert cfg.splits == (4 if path.stem.startswith(("fe_", "iid_")) else 1)
+def test_every_masking_arm_composes_with_the_papers_values() -> None:
+    for name in options("masking"):
+        cfg = composed("pretrain-scratch", f"masking={name}").masking
+        assert cfg.name == name and cfg.ratio == 0.15 and cfg.span_p == 0.2
+        assert cfg.num_masks == (4 if name.startswith(("fe_", "iid_")) else 1)
     with pytest.raises(MaskingConfigError, match="splitz"):
         MaskingConfig.from_dict({"splitz": 4})
 
@@ -93,7 +76,7 @@ def test_sequences_per_batch() -> None:
 
 # ---------------------------------------------------------------------------------------------- collator
 def test_collator_pads_masks_and_repeats(tokenizer) -> None:
-    cfg = MaskingConfig(name="fe", strategy="fully_explored", splits=4, ratio=0.15)
+    cfg = MaskingConfig(name="fe", strategy="fully_explored", num_masks=4, ratio=0.15)
     col = MaskingCollator.from_tokenizer(cfg, tokenizer, seed=0, pad_to_multiple_of=8)
     feats = [tokenizer(s) for s in sentences(3)]
     feats[1] = {"input_ids": torch.tensor(feats[1]["input_ids"])}  # tensors and dicts without masks work too
@@ -199,7 +182,7 @@ def _grads(
 def test_fe_token_mean_loss_equals_mean_of_per_copy_losses(count: str) -> None:
     model = _tiny_bert()
     strategy = "fully_explored" if count == "exact" else "iid"
-    cfg = MaskingConfig(strategy=strategy, splits=4, ratio=0.2, count=count)
+    cfg = MaskingConfig(strategy=strategy, num_masks=4, ratio=0.2, count=count)
     masker = build_masker(cfg, mask_token_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4])
     col = MaskingCollator(masker, pad_token_id=0, seed=5)
     g = torch.Generator().manual_seed(0)
@@ -218,19 +201,5 @@ def test_fe_token_mean_loss_equals_mean_of_per_copy_losses(count: str) -> None:
         assert (grad_all - grad_copies).abs().max().item() > 1e-6
 
 
-def test_config_dataclass_fields_are_the_documented_api() -> None:
-    assert [f.name for f in dataclasses.fields(MaskingConfig)] == [
-        "name",
-        "strategy",
-        "granularity",
-        "ratio",
-        "splits",
-        "count",
-        "mask_replace_prob",
-        "random_replace_prob",
-        "span_p",
-        "span_min",
-        "span_max",
-        "equal_compute",
-    ]
+def test_generators_are_deterministic() -> None:
     assert make_generator(0, 0).initial_seed() == make_generator(0, 0).initial_seed()

@@ -163,7 +163,7 @@ def test_whole_words_never_split_and_specials_never_masked(
 ) -> None:
     k = 1 if strategy == "random" else 4
     ids, att = word_batch(6, 48, seed, sep_at=20)
-    masker = masker_for(strategy, granularity, ratio=0.15, splits=k)
+    masker = masker_for(strategy, granularity, ratio=0.15, num_masks=k)
     sel = masker.select(ids, att, make_generator(seed, 0))
     valid = att.bool() & ~torch.isin(ids, torch.tensor(SPECIALS))
     wid = words_of(ids, att)
@@ -183,7 +183,7 @@ def test_whole_words_never_split_and_specials_never_masked(
 def test_whole_word_hits_tau_exactly_when_single_piece_words_remain() -> None:
     ids, att = word_batch(50, 64, seed=3, cont_prob=0.3)
     for strategy, k in [("random", 1), ("fully_explored", 4)]:
-        masker = masker_for(strategy, "whole_word", ratio=0.15, splits=k)
+        masker = masker_for(strategy, "whole_word", ratio=0.15, num_masks=k)
         sel = masker.select(ids, att, make_generator(0, 0))
         tau = masker.budget((att.bool() & ~torch.isin(ids, torch.tensor(SPECIALS))).sum(1))
         assert torch.equal(sel.sum(-1), tau[:, None].expand(-1, k))
@@ -201,7 +201,7 @@ def test_without_word_table_whole_word_equals_token_level_counts() -> None:
 
 def test_fe_span_copies_are_exchangeable_and_iid_spans_overlap() -> None:
     ids, att = word_batch(400, 128, seed=5, cont_prob=0.2)
-    fe = masker_for("fully_explored", "span", ratio=0.15, splits=4).select(ids, att, make_generator(1, 0))
+    fe = masker_for("fully_explored", "span", ratio=0.15, num_masks=4).select(ids, att, make_generator(1, 0))
     counts = fe.sum(-1).float()  # [B, K]
     means = counts.mean(0)
     assert (means.max() - means.min()).item() < 0.3, means  # same marginal law for every copy label
@@ -209,7 +209,7 @@ def test_fe_span_copies_are_exchangeable_and_iid_spans_overlap() -> None:
     first_copy = fe.float().argmax(-1).float().mean(0)
     assert (first_copy.max() - first_copy.min()).item() < 6, first_copy
     assert (fe.sum(1) <= 1).all()
-    iid = masker_for("iid", "span", ratio=0.15, splits=4).select(ids, att, make_generator(1, 0))
+    iid = masker_for("iid", "span", ratio=0.15, num_masks=4).select(ids, att, make_generator(1, 0))
     assert (iid.sum(1) > 1).any()
 
 

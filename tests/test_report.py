@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from femlm.errors import UserError
-from femlm.report import ReportConfig, run_report
 from femlm.report.build import table1, table2, table3
 from femlm.report.collect import arm_of, collect
+from femlm.report.config import ReportConfig
 from femlm.report.paper import GLUE_TASKS, TABLE1_REPORTED, TABLE3_REPORTED, normalise_task, parse_reported
+from femlm.report.report import run_report
 from femlm.report.tables import Cell, to_csv, to_latex, to_markdown
 
 HARDWARE = {"platform": "Linux", "cpus": 2, "torch_threads": 2, "cuda": False}
@@ -26,11 +27,11 @@ STRATEGY = {"mlm": "random", "fe": "fully_explored", "iid": "iid"}
 
 
 def femlm_json(masking: str, command: str = "continual-pretrain", step: int = 150, max_steps: int = 150,
-               splits: int | None = None, domain: str = "cs", run_dir: str = "runs/x") -> dict[str, Any]:
+               num_masks: int | None = None, domain: str = "cs", run_dir: str = "runs/x") -> dict[str, Any]:
     prefix, granularity = masking.split("_", 1)
-    default_splits = 1 if prefix == "mlm" else 4
+    default_k = 1 if prefix == "mlm" else 4
     return {"kind": "pretrain", "command": command, "masking": masking, "strategy": STRATEGY[prefix],
-            "granularity": granularity, "splits": splits or default_splits, "domain": domain, "model": "tiny",
+            "granularity": granularity, "num_masks": num_masks or default_k, "domain": domain, "model": "tiny",
             "step": step, "max_steps": max_steps, "run_dir": run_dir, "init_from": None}
 
 
@@ -161,11 +162,11 @@ def test_final_step_and_default_splits_chosen(tmp_path: Path) -> None:
     write_results(root / "early", "aclarc", [0.50, 0.52], femlm_json("fe_subword", step=50))
     write_results(root / "final", "aclarc", [0.70, 0.72], femlm_json("fe_subword", step=150))
     for k, v in ((2, 0.60), (8, 0.61)):
-        write_results(root / f"k{k}", "aclarc", [v, v], femlm_json("fe_subword", step=150, splits=k))
+        write_results(root / f"k{k}", "aclarc", [v, v], femlm_json("fe_subword", step=150, num_masks=k))
     table = table2(collect([str(root)]), "s", "c")
     fe = next(r for r in table.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["aclarc"].mean == pytest.approx(71.0)
-    assert any("uses splits=4 of splits=2; splits=4; splits=8" in n for n in table.notes), table.notes
+    assert any("uses K=4 of K=2; K=4; K=8" in n for n in table.notes), table.notes
 
 
 def test_mnli_matched_and_mismatched_fill_one_column(tmp_path: Path) -> None:

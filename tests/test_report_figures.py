@@ -7,9 +7,9 @@ from pathlib import Path
 
 from test_report import femlm_json, make_cfg, table2_runs, write_results
 
-from femlm.report import run_report
 from femlm.report.build import efficiency_series, split_series
 from femlm.report.collect import collect
+from femlm.report.report import run_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -56,9 +56,9 @@ def all_figure_inputs(root: Path) -> Path:
             write_results(root / "sweep" / masking / f"step_{step}", "aclarc", [value, value + 0.02],
                           femlm_json(masking, step=step))
     for k, value in ((2, 0.70), (4, 0.74), (6, 0.73), (8, 0.72)):
-        pre = femlm_json("fe_subword", splits=k, run_dir=str(root / f"ablation_k{k}"))
+        pre = femlm_json("fe_subword", num_masks=k, run_dir=str(root / f"ablation_k{k}"))
         (root / f"ablation_k{k}").mkdir(parents=True)  # femlm.json has no ratio: the run's config.yaml does
-        (root / f"ablation_k{k}" / "config.yaml").write_text(f"masking:\n  splits: {k}\n  ratio: 0.125\n")
+        (root / f"ablation_k{k}" / "config.yaml").write_text(f"masking:\n  num_masks: {k}\n  ratio: 0.125\n")
         for task in ("aclarc", "scierc"):
             write_results(root / f"ablation_k{k}_{task}", task, [value, value + 0.01, value + 0.02], pre)
     analysis_run(root / "analyze_before")

@@ -57,7 +57,7 @@ def test_tiny_plan_is_the_brief() -> None:
     assert {k: plan["finetune"][k] for k in ("model", "tasks", "seeds")} == {
         "model": "tiny", "tasks": ["aclarc", "scierc"], "seeds": [1, 2, 3]}
     assert plan["estimate"]["minutes"] > 0 and plan["estimate"]["breakdown"]
-    assert load_experiment("figures")["ablation"]["splits"] == [2, 4, 6, 8]
+    assert load_experiment("figures")["ablation"]["num_masks"] == [2, 4, 6, 8]
 
 
 def test_experiment_helper(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,7 +114,7 @@ def test_tiny_script_skips_and_resumes(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     commands = _commands(proc.stdout)
     scratch = [c for c in commands if c.startswith("femlm pretrain-scratch")]
-    assert len(scratch) == 2 and f"trainer.resume={runs}/scratch_fe_subword" in scratch[0]
+    assert len(scratch) == 2 and f"resume={runs}/scratch_fe_subword" in scratch[0]
     assert "hydra.run.dir" not in scratch[0]  # the CLI points Hydra at the resumed directory itself
     assert not any(f"hydra.run.dir={runs}/finetune_fe_subword_aclarc" in c for c in commands)
     assert f"skip pretrain-scratch: {done}/checkpoints/final exists" in proc.stderr

@@ -12,8 +12,8 @@ import torch
 from femlm.errors import UserError
 from femlm.train import checkpoint as ckpt
 from femlm.train.core import DataOrder
-from femlm.train.inputs import check_resume, config_dict, first_difference, write_config
-from femlm.train.testing import tiny_config
+from femlm.train.resume import check_resume, config_dict, first_difference, write_config
+from helpers.tiny import tiny_config
 
 torch.set_num_threads(1)
 

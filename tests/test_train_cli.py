@@ -13,10 +13,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO.parent / "shared" / "data"
-SMALL = ["preset=tiny", "trainer.threads=1", "logger.wandb.mode=disabled", "logger.progress=false",
+SMALL = ["preset=tiny", "runtime.threads=1", "logger.wandb.mode=disabled", "logger.progress=false",
          "model.arch.hidden_size=64", "model.arch.num_hidden_layers=2", "model.arch.num_attention_heads=2",
          "model.arch.intermediate_size=128", "model.vocab_size=2000", "data.block_size=64", "data.eval_blocks=16",
-         "trainer.batch_size=8", "trainer.eval_every=3", "trainer.save_every=3", "trainer.log_every=1"]
+         "trainer.batch_size=8", "runtime.eval_every=3", "runtime.save_every=3", "runtime.log_every=1"]
 
 
 def femlm(tmp: Path, *args: str) -> subprocess.CompletedProcess:
@@ -44,13 +44,13 @@ def test_cli_scratch_resume_then_continual(tmp_path: Path) -> None:
     # resume the finished run by directory: nothing left to do, the curve is unchanged
     before = records(run)
     out = femlm(tmp_path, "pretrain-scratch", *SMALL, "trainer.max_steps=6", "masking=fe_subword",
-                f"trainer.resume={run}")
+                f"resume={run}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert [(r["step"], r.get("loss"), r.get("eval_loss")) for r in records(run)] == \
         [(r["step"], r.get("loss"), r.get("eval_loss")) for r in before]
     # a different masking is refused with one line, exit 2, and the run directory survives
     out = femlm(tmp_path, "pretrain-scratch", *SMALL, "trainer.max_steps=6", "masking=mlm_subword",
-                f"trainer.resume={run}")
+                f"resume={run}")
     assert out.returncode == 2 and "masking" in out.stderr and run.is_dir()
 
     out = femlm(tmp_path, "continual-pretrain", *SMALL, "trainer.max_steps=3", "domain=cs",

@@ -14,10 +14,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from femlm.masking import MaskingConfig, build_masker, make_generator
+from femlm.runtime.config import RuntimeConfig
 from femlm.train.config import TrainerConfig
 from femlm.train.core import PretrainCore
 from femlm.train.distributed import DistInfo
-from femlm.train.testing import synthetic_blocks
+from helpers.tiny import synthetic_blocks
 
 torch.set_num_threads(1)
 WORLD = 2
@@ -43,8 +44,9 @@ def global_batch() -> dict[str, torch.Tensor]:
 
 def core_for(info: DistInfo, micro: int | None) -> PretrainCore:
     masker = build_masker(MaskingConfig(), 4, VOCAB, [0, 2, 3])
-    tcfg = TrainerConfig(batch_size=8, micro_batch_size=micro, max_steps=4, precision="fp32")  # exact comparison
-    return PretrainCore(tiny_model(), masker, synthetic_blocks(16, 24, VOCAB), tcfg, seed=0, dist=info)
+    runtime = RuntimeConfig(micro_batch_size=micro, precision="fp32")  # exact comparison
+    return PretrainCore(tiny_model(), masker, synthetic_blocks(16, 24, VOCAB), TrainerConfig(batch_size=8, max_steps=4),
+                        runtime, seed=0, dist=info)
 
 
 def _worker(rank: int, init_file: str, out_dir: str, port: int) -> None:
@@ -67,14 +69,14 @@ def _worker(rank: int, init_file: str, out_dir: str, port: int) -> None:
 
     # 2) a whole run under torchrun-style environment variables; ranks > 0 get the CLI's placeholder dir
     from femlm.runs import Run
-    from femlm.train import run_pretrain
-    from femlm.train.testing import patch_blocks, tiny_config
+    from femlm.train.loop import run_pretrain
+    from helpers.tiny import patch_blocks, tiny_config
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(WORLD), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     patch_blocks()
     cfg = tiny_config(Path(out_dir) / "tok", max_steps=4, save_every=2, eval_every=2)
-    cfg.trainer.variance_probe.enabled, cfg.trainer.variance_probe.every = True, 2  # rank 0 only, no collectives
+    cfg.logger.variance_probe.enabled, cfg.logger.variance_probe.every = True, 2  # rank 0 only, no collectives
     run_dir = Path(out_dir) / "run" if rank == 0 else Path(".")
     run = Run(dir=run_dir, command="pretrain-scratch", is_main=rank == 0)
     if rank == 0:
@@ -91,7 +93,7 @@ def free_port() -> int:
 
 @pytest.mark.timeout(300)
 def test_two_process_gloo_ddp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from femlm.train.testing import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     tiny_tokenizer(tmp_path / "tok")
     monkeypatch.chdir(tmp_path)  # a stray write by rank 1 would land here

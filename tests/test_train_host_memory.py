@@ -11,7 +11,7 @@ import pytest
 # Allocate, touch and free a 64 MiB tensor many times; print the minor page faults of the last five.
 _FAULTS = """
 import resource, sys, torch
-from femlm.train.host_memory import keep_freed_memory
+from femlm.runtime.host_memory import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 for _ in range(10):  # warm-up: malloc's heap settles (aligned blocks split a few times first)
@@ -37,6 +37,6 @@ def test_keep_freed_memory_stops_refaulting_large_blocks() -> None:
 
 
 def test_keep_freed_memory_is_idempotent() -> None:
-    from femlm.train.host_memory import keep_freed_memory
+    from femlm.runtime.host_memory import keep_freed_memory
 
     assert keep_freed_memory() == keep_freed_memory()

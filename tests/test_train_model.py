@@ -10,15 +10,13 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
+from femlm.data.config import DownloadConfig
 from femlm.errors import UserError
-from femlm.train.model import (
-    MaskedLMObjective,
-    check_compatible,
-    find_mlm_head,
-    load_checkpoint_model,
-    max_tokens,
-)
-from femlm.train.testing import tiny_tokenizer
+from femlm.models.checkpoints import position_limit
+from femlm.models.config import ModelConfig
+from femlm.models.load import check_compatible, find_mlm_head, load_masked_lm
+from femlm.train.objective import MaskedLMObjective
+from helpers.tiny import tiny_tokenizer
 
 torch.set_num_threads(1)
 
@@ -88,50 +86,55 @@ def test_unknown_head_falls_back_to_the_full_projection() -> None:
     assert abs(full.item() - (loss_sum / count).item()) < 1e-5
 
 
+def load_checkpoint_model(name: str, new_mlm_head: bool = False):
+    return load_masked_lm(ModelConfig(name_or_path=name, new_mlm_head=new_mlm_head), DownloadConfig(offline=True))[0]
+
+
 def test_checkpoint_round_trip_and_errors(tmp_path: Path) -> None:
     model = make_model("bert")
     model.save_pretrained(tmp_path / "mlm")
-    loaded = load_checkpoint_model(str(tmp_path / "mlm"), "sdpa")
+    loaded = load_checkpoint_model(str(tmp_path / "mlm"))
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
 
     make_model("roberta", cls=AutoModelForSequenceClassification).save_pretrained(tmp_path / "clf")
     with pytest.raises(UserError, match="RobertaForSequenceClassification checkpoint"):
-        load_checkpoint_model(str(tmp_path / "clf"), "sdpa")
+        load_checkpoint_model(str(tmp_path / "clf"))
     with pytest.raises(UserError, match="no such checkpoint directory"):
-        load_checkpoint_model(str(tmp_path / "missing"), "sdpa")
+        load_checkpoint_model(str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no config.json"):
-        load_checkpoint_model(str(tmp_path / "empty"), "sdpa")
+        load_checkpoint_model(str(tmp_path / "empty"))
 
 
 def test_hub_id_offline_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(UserError, match="local checkpoint directory .* or set init=scratch"):
-        load_checkpoint_model("someone/not-cached-model", "sdpa")
+    with pytest.raises(UserError, match="Hub is unreachable .* give a local checkpoint directory"):
+        load_checkpoint_model("someone/not-cached-model")
 
 
 def test_vocab_and_block_size_checks(tmp_path: Path) -> None:
     tokenizer = tiny_tokenizer(tmp_path / "tok")  # 128 tokens
     small = make_model("bert", vocab=100, positions=64)
     with pytest.raises(UserError, match="tokenizer has 128 tokens but the model's vocabulary has 100"):
-        check_compatible(small, tokenizer, 32, "model.name_or_path=x")
+        check_compatible(small.config, tokenizer, 32, "model.name_or_path=x")
     bert = make_model("bert", vocab=128, positions=64)
-    check_compatible(bert, tokenizer, 64, "m")
+    check_compatible(bert.config, tokenizer, 64, "m")
     with pytest.raises(UserError, match="data.block_size=65 is beyond"):
-        check_compatible(bert, tokenizer, 65, "m")
+        check_compatible(bert.config, tokenizer, 65, "m")
     # RoBERTa: positions start after the padding index, 66 positions hold 64 tokens (514 -> 512).
     roberta = make_model("roberta", vocab=128, positions=66)
-    assert max_tokens(roberta.config) == 64
-    check_compatible(roberta, tokenizer, 64, "m")
+    assert position_limit(roberta.config) == 64
+    check_compatible(roberta.config, tokenizer, 64, "m")
     with pytest.raises(UserError, match="data.block_size=65"):
-        check_compatible(roberta, tokenizer, 65, "m")
+        check_compatible(roberta.config, tokenizer, 65, "m")
 
 
 def test_trained_checkpoint_loads_with_plain_transformers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from femlm.runs import Run
-    from femlm.train import inputs, run_pretrain
-    from femlm.train.testing import fake_load_blocks, tiny_config
+    from femlm.train import inputs
+    from femlm.train.loop import run_pretrain
+    from helpers.tiny import fake_load_blocks, tiny_config
 
     tiny_tokenizer(tmp_path / "tok")
     monkeypatch.setattr(inputs, "load_blocks", fake_load_blocks())
@@ -154,7 +157,7 @@ def test_trained_checkpoint_loads_with_plain_transformers(tmp_path: Path, monkey
 
     # continual pre-training from that checkpoint (its own tokenizer), one more short run
     cfg2 = tiny_config(tmp_path / "tok", max_steps=2)
-    cfg2.command, cfg2.init = "continual-pretrain", "checkpoint"
+    cfg2.command = "continual-pretrain"
     cfg2.model.name_or_path, cfg2.model.tokenizer = str(final), None
     run2 = Run(dir=tmp_path / "run2", command="continual-pretrain")
     run2.dir.mkdir()
@@ -166,15 +169,16 @@ def test_trained_checkpoint_loads_with_plain_transformers(tmp_path: Path, monkey
 def test_fe_masking_accumulation_and_variance_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from femlm.masking import MaskingConfig
     from femlm.runs import Run
-    from femlm.train import inputs, run_pretrain
-    from femlm.train.testing import fake_load_blocks, tiny_config
+    from femlm.train import inputs
+    from femlm.train.loop import run_pretrain
+    from helpers.tiny import fake_load_blocks, tiny_config
 
     tiny_tokenizer(tmp_path / "tok")
     monkeypatch.setattr(inputs, "load_blocks", fake_load_blocks())
     cfg = tiny_config(tmp_path / "tok", max_steps=2, micro_batch_size=4)
-    cfg.masking = MaskingConfig(name="fe_subword", strategy="fully_explored", splits=4)
-    cfg.trainer.variance_probe.enabled, cfg.trainer.variance_probe.every = True, 1
-    cfg.trainer.variance_probe.parameters = ["*layer.0.*"]
+    cfg.masking = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)
+    cfg.logger.variance_probe.enabled, cfg.logger.variance_probe.every = True, 1
+    cfg.logger.variance_probe.parameters = ["*layer.0.*"]
     run = Run(dir=tmp_path / "run", command="pretrain-scratch")
     run.dir.mkdir()
     run_pretrain(cfg, run)
@@ -186,21 +190,6 @@ def test_fe_masking_accumulation_and_variance_probe(tmp_path: Path, monkeypatch:
     assert len(probes) == 2 and all(r["probe_grad_var"] > 0 and r["probe_remasks"] == 4 for r in probes)
     assert probes[0]["probe_params"] < sum(p.numel() for p in AutoModelForMaskedLM.from_pretrained(
         tmp_path / "run" / "checkpoints" / "final").parameters())
-
-
-def test_precision_auto_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from femlm.errors import UserError
-    from femlm.train import distributed
-
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(distributed, "cpu_has_fast_bf16", lambda: True)
-    assert distributed.pick_precision("auto", cpu) == torch.bfloat16
-    monkeypatch.setattr(distributed, "cpu_has_fast_bf16", lambda: False)
-    assert distributed.pick_precision("auto", cpu) is None
-    assert distributed.pick_precision("bf16", cpu) == torch.bfloat16
-    assert distributed.pick_precision("fp32", cpu) is None
-    with pytest.raises(UserError, match="finetune.precision=fp16 needs a CUDA device"):
-        distributed.pick_precision("fp16", cpu, "finetune.precision")
 
 
 def test_sparse_last_layer_trains_under_bf16_autocast() -> None:

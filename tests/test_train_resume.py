@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,8 +17,10 @@ from safetensors.torch import load_file
 
 from femlm.errors import UserError
 from femlm.runs import Run
-from femlm.train import inputs, run_pretrain
-from femlm.train.testing import fake_load_blocks, tiny_config, tiny_tokenizer
+from femlm.train import inputs
+from femlm.train.loop import run_pretrain
+from helpers.processes import child_env
+from helpers.tiny import fake_load_blocks, tiny_config, tiny_tokenizer
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -33,9 +34,9 @@ CHILD = textwrap.dedent("""
     import torch
     torch.set_num_threads(1)
     from femlm.runs import Run
-    from femlm.train import run_pretrain
+    from femlm.train.loop import run_pretrain
     from femlm.train import core
-    from femlm.train.testing import patch_blocks, tiny_config
+    from helpers.tiny import patch_blocks, tiny_config
     root, settings = Path(sys.argv[1]), eval(sys.argv[2])
     patch_blocks()
     step = core.PretrainCore.step
@@ -75,9 +76,7 @@ def fresh_run(root: Path, name: str) -> Run:
 
 def test_sigkill_then_resume_is_bitwise_identical(synthetic: Path) -> None:
     root = synthetic
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), repr(SETTINGS)], env=env,
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(root), repr(SETTINGS)], env=child_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpt_dir = root / "killed" / "checkpoints"
     deadline = time.time() + 240
@@ -116,10 +115,10 @@ def test_resume_with_a_different_config_is_refused(synthetic: Path) -> None:
     run = fresh_run(synthetic, "run")
     run_pretrain(tiny_config(synthetic / "tok", max_steps=4), run)
     cfg = tiny_config(synthetic / "tok", max_steps=4, resume=str(run.dir))
-    cfg.masking.splits, cfg.masking.strategy, cfg.masking.name = 4, "fully_explored", "fe_subword"
+    cfg.masking.num_masks, cfg.masking.strategy, cfg.masking.name = 4, "fully_explored", "fe_subword"
     before = (run.dir / "metrics.jsonl").read_text()
     (run.dir / "config.yaml").write_text("masking:\n  name: fe_subword\n")  # what the CLI's start_run wrote
-    with pytest.raises(UserError, match=r"trainer.resume: masking.name='fe_subword' differs"):
+    with pytest.raises(UserError, match=r"resume: masking.name='fe_subword' differs"):
         run_pretrain(cfg, Run(dir=run.dir, command="pretrain-scratch", created=False))
     assert (run.dir / "metrics.jsonl").read_text() == before
     assert "name: mlm_subword" in (run.dir / "config.yaml").read_text()  # the run's own config is back

@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from femlm.config import PretrainConfig
+from femlm.config import FemlmConfig
 from femlm.train.distributed import DistInfo
 from femlm.train.inputs import scratch_tokenizer, shared_wordpiece
 
 
 @pytest.fixture
-def cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PretrainConfig:
+def cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FemlmConfig:
     corpus = tmp_path / "corpus.txt"
     words = ["masked", "language", "models", "learn", "by", "predicting", "hidden", "tokens", "from", "their", "context"]
     docs = [" ".join(words[i:] + words[:i]) * 3 for i in range(len(words))]
     corpus.write_text("\n\n".join(docs))
     monkeypatch.delenv("FEMLM_CACHE", raising=False)
-    cfg = PretrainConfig()
+    cfg = FemlmConfig()
     cfg.domain.sources = [f"file:{corpus}"]
     cfg.download.cache_dir = str(tmp_path / "cache")
     cfg.model.tokenizer = None
@@ -26,7 +26,7 @@ def cfg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PretrainConfig:
     return cfg
 
 
-def test_two_runs_share_one_trained_vocabulary(cfg: PretrainConfig, tmp_path: Path) -> None:
+def test_two_runs_share_one_trained_vocabulary(cfg: FemlmConfig, tmp_path: Path) -> None:
     first = shared_wordpiece(cfg)
     assert shared_wordpiece(cfg) == first
     single = DistInfo()

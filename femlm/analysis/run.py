@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from femlm.errors import UserError
+from femlm.runtime.device import configure_process, pick_device
 
 from .figures import plot_covariance_distribution, plot_covariance_vs_hamming, plot_variance
 from .gradients import MaskedLMGradients
@@ -41,24 +42,31 @@ from .studies import (
     variance_study,
 )
 
+DEFAULT_CHUNK = 16  # rows per per-example-gradient pass when runtime.micro_batch_size is null
+
 
 # ---------------------------------------------------------------------------------------------- inputs
-def load_model(cfg: Any) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
-    """(tokenizer, model, description). ``model.name_or_path`` null builds ``model.arch`` at initialisation."""
-    from femlm.train.model import (
-        build_scratch_model,
+def load_model(cfg: Any, weights: bool = True) -> tuple[Any, torch.nn.Module | None, dict[str, Any]]:
+    """(tokenizer, model, description). ``model.name_or_path`` null builds ``model.arch`` at initialisation (the
+    paper's "before pre-training" panel). ``weights=False`` makes every check and returns no model (dry run)."""
+    from femlm.models.checkpoints import inspect_checkpoint
+    from femlm.models.load import (
         check_compatible,
-        check_tokenizer,
-        load_checkpoint_model,
-        load_tokenizer,
-        read_pretrain_info,
+        check_mask_token,
+        construct_model,
+        load_masked_lm,
+        masked_lm_config,
+        scratch_config,
+        tokenizer_for,
     )
 
     mcfg = cfg.model
     if mcfg.name_or_path:
-        model = load_checkpoint_model(mcfg.name_or_path, mcfg.attn_implementation, bool(cfg.download.offline))
-        tokenizer = load_tokenizer(mcfg.tokenizer or mcfg.name_or_path, cfg.download)
-        pretrain = read_pretrain_info(mcfg.name_or_path) if Path(mcfg.name_or_path).expanduser().is_dir() else None
+        config = masked_lm_config(mcfg, cfg.download)
+        tokenizer, _ = tokenizer_for(mcfg, cfg.download)
+        info = inspect_checkpoint(mcfg.name_or_path)
+        pretrain = info.femlm if info is not None else None
+        model = load_masked_lm(mcfg, cfg.download)[0] if weights else None
         panel = "pretrained"
         slug = f"{pretrain.get('masking')}_step{pretrain.get('step')}" if pretrain else Path(mcfg.name_or_path).name
     else:
@@ -66,16 +74,17 @@ def load_model(cfg: Any) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
             raise UserError(f"model.tokenizer is not set (model={mcfg.name}, name_or_path=null): the "
                             "initialisation panel builds the model from model.arch and needs a tokenizer; give "
                             "the pre-trained checkpoint's directory (same vocabulary) or bert-base-uncased")
-        tokenizer = load_tokenizer(mcfg.tokenizer, cfg.download)
+        tokenizer, _ = tokenizer_for(mcfg, cfg.download)
+        config = scratch_config(mcfg, tokenizer, cfg.download)
         torch.manual_seed(cfg.seed)  # the initial weights are part of the result: make them reproducible
-        model = build_scratch_model(mcfg, tokenizer, cfg.download, mcfg.attn_implementation)
+        model = construct_model(config, mcfg.attn_implementation) if weights else None
         pretrain, panel, slug = None, "initialisation", "init"
-    check_tokenizer(tokenizer, "the tokenizer")
-    check_compatible(model, tokenizer, cfg.data.block_size, f"model={mcfg.name}")
+    check_mask_token(tokenizer, "the tokenizer")
+    check_compatible(config, tokenizer, cfg.data.block_size, f"model={mcfg.name}")
     info = {"name": mcfg.name, "name_or_path": mcfg.name_or_path, "tokenizer": mcfg.tokenizer, "panel": panel,
             "slug": re.sub(r"[^A-Za-z0-9_.-]+", "-", str(slug)), "pretrain": pretrain,
-            "parameters_total": sum(p.numel() for p in model.parameters()),
-            "model_type": getattr(model.config, "model_type", None)}
+            "parameters_total": sum(p.numel() for p in model.parameters()) if model is not None else None,
+            "model_type": getattr(config, "model_type", None)}
     return tokenizer, model, info
 
 
@@ -92,12 +101,6 @@ def load_sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
                         f"{cfg.data.block_size} tokens; lower analysis.sequences or data.block_size")
     picked = np.sort(np.random.default_rng([cfg.seed, 7]).choice(len(val), size=want, replace=False))
     return torch.from_numpy(val[picked]), picked.tolist()
-
-
-def resolve_device(name: str) -> torch.device:
-    from femlm.train.distributed import pick_device
-
-    return pick_device(name, key="analysis.device")
 
 
 # ---------------------------------------------------------------------------------------------- outputs
@@ -142,7 +145,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
 
     acfg = cfg.analysis
     start = time.time()
-    device = resolve_device(acfg.device)
+    device = pick_device(cfg.runtime.device)
+    chunk = cfg.runtime.micro_batch_size or DEFAULT_CHUNK
     valid = valid_positions(input_ids, None, tokenizer.all_special_ids)
     n_valid = valid.sum(dim=1).tolist()
     n_min = int(min(n_valid))
@@ -154,14 +158,14 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     tau_v = None
     if do_var:
         try:
-            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.splits))
+            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.num_masks))
         except ValueError as err:
             raise UserError(str(err)) from None
     grads = MaskedLMGradients(model, input_ids, None, tokenizer.mask_token_id, acfg.parameters, acfg.method,
-                              acfg.chunk, device)
+                              chunk, device)
     shared = do_cov and do_var and tau_v == acfg.tau
     cost = {"covariance": covariance_cost(seqs, acfg.reference, acfg.budget) if do_cov else 0,
-            "variance": (variance_cost(seqs, 0 if shared else acfg.reference, acfg.budget, max(acfg.splits))
+            "variance": (variance_cost(seqs, 0 if shared else acfg.reference, acfg.budget, max(acfg.num_masks))
                          if do_var else 0)}
     run.log(stage="plan", passes=sum(cost.values()), **{f"passes_{k}": v for k, v in cost.items()},
             parameters=grads.numel, method=grads.method, n_min=n_min)
@@ -175,8 +179,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
         "seed": cfg.seed,
         "settings": {"sequences": seqs, "block_size": int(input_ids.shape[1]), "tau": acfg.tau,
                      "variance_tau": tau_v, "budget": acfg.budget, "reference": acfg.reference,
-                     "hamming_bins": acfg.hamming_bins, "splits": list(acfg.splits), "bootstrap": acfg.bootstrap,
-                     "chunk": acfg.chunk, "device": str(device), "method": grads.method,
+                     "hamming_bins": acfg.hamming_bins, "num_masks": list(acfg.num_masks), "bootstrap": acfg.bootstrap,
+                     "chunk": chunk, "device": str(device), "method": grads.method,
                      "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
         "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
         "sequences": {"n_valid": n_valid, **(extra or {})},
@@ -185,13 +189,13 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
 
     def reference(tau: int) -> Any:
         if tau not in refs:
-            refs[tau] = make_reference(grads, valid, tau, acfg.reference, cfg.seed, acfg.chunk, bar)
+            refs[tau] = make_reference(grads, valid, tau, acfg.reference, cfg.seed, chunk, bar)
         return refs[tau]
 
     if do_cov:
         t0 = time.time()
         res = covariance_study(grads, valid, acfg.tau, acfg.budget, acfg.hamming_bins, reference(acfg.tau),
-                               cfg.seed, acfg.chunk, acfg.bootstrap, bar)
+                               cfg.seed, chunk, acfg.bootstrap, bar)
         files += [write_csv(out / "covariance.csv", res.rows),
                   write_csv(out / "covariance_summary.csv", res.summary),
                   plot_covariance_distribution(res.rows, res.summary, out / "covariance_distribution.png", title),
@@ -204,8 +208,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     if do_var:
         t0 = time.time()
         assert tau_v is not None
-        res_v = variance_study(grads, valid, list(acfg.splits), tau_v, acfg.budget, reference(tau_v), cfg.seed,
-                               acfg.chunk, acfg.bootstrap, bar)
+        res_v = variance_study(grads, valid, list(acfg.num_masks), tau_v, acfg.budget, reference(tau_v), cfg.seed,
+                               chunk, acfg.bootstrap, bar)
         files += [write_csv(out / "variance.csv", res_v.rows),
                   plot_variance(res_v.rows, out / "variance.png", title)]
         md = out / "variance.md"
@@ -223,8 +227,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     summary["hardware"] = hardware()
     summary["files"] = sorted(p.name for p in files) + ["analysis.json"]
     files.append(run.write_json("analysis.json", summary))
-    if cfg.results_dir:
-        dest = Path(cfg.results_dir).expanduser() / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}"
+    if acfg.results_dir:
+        dest = Path(acfg.results_dir).expanduser() / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}"
         dest.mkdir(parents=True, exist_ok=True)
         for path in files:
             shutil.copy2(path, dest / path.name)
@@ -232,10 +236,17 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     return summary
 
 
+def plan_analyze(cfg: Any, run: Any) -> dict[str, Any]:
+    """Every check of an analysis without computing a gradient: model config and tokenizer, the sequences."""
+    tokenizer, _, info = load_model(cfg, weights=False)
+    input_ids, picked = load_sequences(cfg, tokenizer)
+    return {"model": info, "sequences": len(picked), "block_size": int(input_ids.shape[1]),
+            "kind": cfg.analysis.kind}
+
+
 def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
     """`femlm analyze {covariance,variance,both}`: the entry point the CLI calls."""
-    if cfg.analysis.threads:
-        torch.set_num_threads(cfg.analysis.threads)
+    configure_process(cfg.runtime)
     tokenizer, model, info = load_model(cfg)
     input_ids, picked = load_sequences(cfg, tokenizer)
     return analyze(cfg, run, model, tokenizer, input_ids, info, {"validation_blocks": picked})

@@ -6,7 +6,7 @@ pairs, each pair giving every one of the S sequences its own pair at the pair's 
 
 K-mask variance, fully-explored vs i.i.d. (Theorem 1, Lemma 3). Cost: ``S * (J + 2 * budget * max(K))``
 rows: ``budget`` draws of ``max(K)`` masks per sequence and arm; the first K masks of a draw are a K-mask
-draw, so one set of draws serves every K in ``splits`` (estimates at different K share draws).
+draw, so one set of draws serves every K in ``num_masks`` (estimates at different K share draws).
 
 Intervals are percentile bootstraps over pairs (stratified by Hamming bin) or over draws (each arm on its
 own), conditional on the reference estimate of g-bar: its error is one term shared by every pair and draw
@@ -117,27 +117,27 @@ def covariance_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
     return CovarianceResult(rows=rows, summary=summary, spearman=spear, stats=stats)
 
 
-def resolve_variance_tau(n_min: int, tau: int, variance_tau: int | None, splits: list[int]) -> int:
+def resolve_variance_tau(n_min: int, tau: int, variance_tau: int | None, num_masks: list[int]) -> int:
     """tau of the variance study: fully-explored draws need ``max(K) * tau <= n`` (disjoint masks).
 
     ``variance_tau`` None: ``min(tau, n // max(K))`` -- one tau shared by every K, so Var(g(m)) is the same
     quantity for all K (with the paper's n = 512 and K up to 8 this is 64 = 12.5% per split, the setting
     of its split-number study). An explicit value that does not fit raises ``ValueError`` naming the K.
     """
-    kmax = max(splits)
+    kmax = max(num_masks)
     if variance_tau is None:
         chosen = min(tau, n_min // kmax)
         if chosen < 1:
-            raise ValueError(f"analysis.splits={splits}: {kmax} disjoint masks do not fit in {n_min} positions")
+            raise ValueError(f"analysis.num_masks={num_masks}: {kmax} disjoint masks do not fit in {n_min} positions")
         return chosen
     if kmax * variance_tau > n_min:
         raise ValueError(f"analysis.variance_tau={variance_tau} with K={kmax} needs {kmax * variance_tau} "
                          f"maskable positions but the shortest sequence has {n_min}; lower variance_tau "
-                         f"(<= {n_min // kmax}), drop K={kmax} from analysis.splits, or set variance_tau=null")
+                         f"(<= {n_min // kmax}), drop K={kmax} from analysis.num_masks, or set variance_tau=null")
     return variance_tau
 
 
-def variance_study(grad_fn: GradFn, valid: torch.Tensor, splits: list[int], tau: int, budget: int,
+def variance_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau: int, budget: int,
                    ref: Reference, seed: int, chunk: int, n_boot: int,
                    progress: Progress | None = None) -> VarianceResult:
     """Var of the K-mask gradient under i.i.d. and fully-explored draws, with Theorem 1's decomposition.
@@ -149,7 +149,7 @@ def variance_study(grad_fn: GradFn, valid: torch.Tensor, splits: list[int], tau:
     theorem1_var_iid = 1 + (K - 1) Cov_FE / Var1``, where ``Cov_FE`` is the covariance of disjoint masks.
     ``cov_iid`` is the estimated covariance of independent masks (0 in expectation: a sanity check).
     """
-    kmax = max(splits)
+    kmax = max(num_masks)
     iid = sample_kmasks(valid, tau, kmax, "iid", budget, make_generator(seed, 0, micro_step=STREAM_IID))
     fe = sample_kmasks(valid, tau, kmax, "fully_explored", budget, make_generator(seed, 0, micro_step=STREAM_FE))
     grams = {"iid": group_grams(grad_fn, iid, ref, chunk, progress),
@@ -160,7 +160,7 @@ def variance_study(grad_fn: GradFn, valid: torch.Tensor, splits: list[int], tau:
     cov_iid = float(full["iid"]["cross"].mean())
     rng = np.random.default_rng(make_generator(seed, 1, micro_step=STREAM_BOOT).initial_seed())
     rows = []
-    for k in sorted(splits):
+    for k in sorted(num_masks):
         terms = {arm: kmask_terms(g, ref, k) for arm, g in grams.items()}
         v_iid, v_fe = terms["iid"]["var"].numpy(), terms["fe"]["var"].numpy()
         t_iid = var1 / k

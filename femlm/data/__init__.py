@@ -2,13 +2,12 @@
 
 Public API (imported lazily, so ``import femlm.data.config`` stays cheap for the CLI)::
 
-    DownloadConfig, TaskConfig, DomainConfig            # config sections (femlm.data.config)
+    DownloadConfig, TaskConfig, DomainConfig, DataConfig  # config sections (femlm.data.config)
     REGISTRY, GROUPS, get_entry, expand_names           # what exists and where it comes from
-    fetch_file, run_download, resolve_files             # mirror -> cache -> verified HTTP download
-    TASKS, DOMAINS, get_task, get_domain                # the paper's tasks and domains (presets)
+    fetch_file, download_all, resolve_files             # mirror -> cache -> verified HTTP download
     load_task, task_data_notes                          # DatasetDict(text[, text_pair], label)
     load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached fixed-length blocks
-    load_tokenizer, model_config_path, train_wordpiece  # tokenizers and model configs
+    mirrored_tokenizer, train_wordpiece                 # tokenizer files (loading: femlm.models.load)
 
 Local data needs no registry entry (`femlm.data.local`): ``domain.sources`` may list ``file:<path|dir|glob>``
 (.txt / .jsonl, .gz too) and ``task.dataset`` may be a directory path with train/dev[/test] files.
@@ -20,14 +19,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "femlm.data.config": ("DomainConfig", "DownloadConfig", "TaskConfig"),
+    "femlm.data.config": ("DataConfig", "DomainConfig", "DownloadConfig", "TaskConfig"),
     "femlm.data.registry": ("GROUPS", "REGISTRY", "DatasetEntry", "FileEntry", "expand_names", "get_entry"),
-    "femlm.data.fetch": ("Unavailable", "fetch_file", "resolve_files", "run_download", "sha256_file"),
-    "femlm.data.presets": ("DOMAINS", "TASKS", "get_domain", "get_task"),
+    "femlm.data.fetch": ("Unavailable", "download_all", "fetch_file", "resolve_files", "sha256_file"),
     "femlm.data.tasks": ("load_task", "task_data_notes"),
     "femlm.data.corpus": ("blocks_dir", "blocks_meta", "load_documents", "prepare_blocks",
                           "tokenizer_fingerprint"),
-    "femlm.data.tokenizer": ("load_tokenizer", "model_config_path", "train_wordpiece"),
+    "femlm.data.tokenizer": ("mirrored_config_path", "mirrored_tokenizer", "train_wordpiece"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_WHERE)

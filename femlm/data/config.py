@@ -1,18 +1,13 @@
-"""Typed schemas of the `download`, `task` and `domain` config sections.
-
-The YAML files in ``conf/task/`` and ``conf/domain/`` must match these dataclasses key for key (the CLI
-merges every composed config into them). Presets with the paper's values live in `femlm.data.presets`;
-the YAML files are written from them and a test keeps the two equal.
-"""
+"""Typed schemas of the `download`, `task`, `domain` and `data` config sections (the defaults live here;
+conf/task/*.yaml and conf/domain/*.yaml hold only what a task or a domain changes)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from femlm.errors import UserError
+from femlm.errors import UserError, require_positive
 
 DEFAULT_CACHE_DIR = "~/.cache/femlm"
 METRICS = ("macro_f1", "micro_f1", "accuracy", "accuracy_f1", "matthews", "pearson_spearman")
@@ -60,13 +55,21 @@ class DownloadConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "aclarc"
+    """A downstream task: its data, its metric and its fine-tuning recipe.
+
+    The defaults are DAPT's classifier recipe (dont-stop-pretraining: 10 epochs, lr 2e-5, batch 16, early
+    stopping with patience 3, 512 tokens, warmup 6%, weight decay 0.1, scored on test); conf/task/_glue.yaml
+    holds the BERT GLUE recipe. ``text_fields`` and ``labels`` default to the registry dataset's own;
+    regression (STS-B) is ``metric: pearson_spearman``. The paper's numbers for a task live in
+    femlm.report.paper, the one transcription of the paper.
+    """
+
+    name: str = "custom"
     # A registry name (femlm.data.registry.REGISTRY), or a local directory (/abs, ./rel, ../rel, ~/..., any
     # path with a /) holding train/dev[/test] .jsonl|.tsv|.csv files (femlm.data.local).
-    dataset: str = "citation_intent"
-    text_fields: list[str] = field(default_factory=lambda: ["text"])  # 1 (single text) or 2 (a pair)
-    labels: list[str] | None = field(default_factory=lambda: [
-        "Background", "CompareOrContrast", "Extends", "Future", "Motivation", "Uses"])  # None: regression
+    dataset: str = ""
+    text_fields: list[str] | None = None  # 1 (single text) or 2 (a pair); None: the registry dataset's
+    labels: list[str] | None = None  # None: the registry dataset's labels (a local dataset must give them)
     metric: str = "macro_f1"
     main_metric: str = "macro_f1"  # key used for early stopping and reporting
     eval_split: str = "test"
@@ -77,24 +80,29 @@ class TaskConfig:
     max_length: int = 512
     warmup_ratio: float = 0.06
     weight_decay: float = 0.1
-    paper: dict[str, Any] = field(default_factory=dict)  # the FE-MLM paper's numbers for this task
+
+    @property
+    def regression(self) -> bool:
+        return self.metric == "pearson_spearman"
 
     def validate(self) -> None:
+        if not self.dataset:
+            raise UserError(f"task.dataset is not set (task {self.name}): give a registry dataset or a local "
+                            "directory of train/dev[/test] files")
         if self.metric not in METRICS:
             raise UserError(f"task.metric={self.metric!r} (task {self.name}): allowed {', '.join(METRICS)}")
         if self.main_metric not in METRIC_KEYS[self.metric]:
             raise UserError(f"task.main_metric={self.main_metric!r} (task {self.name}): metric "
                             f"{self.metric} reports {', '.join(METRIC_KEYS[self.metric])}")
-        if len(self.text_fields) not in (1, 2):
-            raise UserError(f"task.text_fields={list(self.text_fields)} (task {self.name}): give 1 or 2 fields")
-        if (self.labels is None) != (self.metric == "pearson_spearman"):
-            raise UserError(f"task.labels (task {self.name}): set labels: null only for regression "
-                            "(metric pearson_spearman), a label list otherwise")
+        self._fill_from_registry()
+        if len(self.text_fields or []) not in (1, 2):
+            raise UserError(f"task.text_fields={self.text_fields} (task {self.name}): give 1 or 2 fields")
+        if self.regression and self.labels is not None:
+            raise UserError(f"task.labels (task {self.name}): a regression task (metric pearson_spearman) has no "
+                            "label set; set task.labels=null")
         if self.labels is not None and len(set(self.labels)) != len(self.labels):
             raise UserError(f"task.labels={list(self.labels)} (task {self.name}): labels must be distinct")
-        for key in ("epochs", "batch_size", "max_length"):
-            if getattr(self, key) < 1:
-                raise UserError(f"task.{key}={getattr(self, key)} (task {self.name}): must be at least 1")
+        require_positive("task", self, "epochs", "batch_size", "max_length")
         if self.lr <= 0:
             raise UserError(f"task.lr={self.lr} (task {self.name}): must be positive")
         if not 0 <= self.warmup_ratio < 1:
@@ -102,18 +110,31 @@ class TaskConfig:
         if self.patience is not None and self.patience < 1:
             raise UserError(f"task.patience={self.patience} (task {self.name}): at least 1, or null")
 
+    def _fill_from_registry(self) -> None:
+        """Text fields and labels the config leaves out come from the registry entry of the dataset."""
+        from femlm.data.registry import REGISTRY
+
+        entry = REGISTRY.get(self.dataset)
+        if self.text_fields is None:
+            self.text_fields = list(entry.text_fields) if entry is not None and entry.text_fields else ["text"]
+        if self.labels is None and not self.regression:
+            if entry is None or entry.labels is None:
+                raise UserError(f"task.labels is not set (task {self.name}, dataset {self.dataset}): give the "
+                                "label set as it appears in the files, e.g. task.labels=[pos,neg]")
+            self.labels = list(entry.labels)
+
 
 @dataclass
 class DomainConfig:
-    name: str = "cs"
+    name: str = "custom"
     # Registry corpus names, optionally with a reader option after a colon (s2orc:cs keeps CS papers), and/or
     # local files: file:<path, directory or glob> of .txt (blank-line-separated documents) or .jsonl ("text")
     # files, .gz allowed (femlm.data.local).
-    sources: list[str] = field(default_factory=lambda: ["s2orc:cs", "csabstruct", "arxiv_cs"])
-    paper_documents: int | None = 72_000  # documents the paper sampled
-    paper_total_documents: int | None = 2_220_000  # documents of the full corpus it sampled from
-    paper_steps: int | None = 40_000
-    max_documents: int | None = None  # seeded document-level subsample of the local corpus
+    sources: list[str] = field(default_factory=list)
+    paper_documents: int | None = None  # documents the paper sampled
+    paper_total_documents: int | None = None  # documents of the full corpus it sampled from
+    paper_steps: int | None = None  # the paper's pre-training steps on this domain
+    max_documents: int | None = None  # seeded document-level subsample of the corpus
     validation_fraction: float = 0.05  # share of documents held out (whole documents, never blocks)
 
     def validate(self) -> None:
@@ -130,3 +151,17 @@ class DomainConfig:
         if not 0 < self.validation_fraction < 1:
             raise UserError(f"domain.validation_fraction={self.validation_fraction} (domain {self.name}): "
                             "must be in (0, 1)")
+
+
+@dataclass
+class DataConfig:
+    block_size: int = 512
+    num_proc: int = 2
+    # Fixed held-out set: this many validation blocks, masked once with `eval_seed` for every strategy.
+    eval_blocks: int = 256
+    eval_seed: int = 1234
+
+    def validate(self) -> None:
+        if self.block_size < 8:
+            raise UserError(f"data.block_size={self.block_size}: must be at least 8")
+        require_positive("data", self, "num_proc", "eval_blocks")

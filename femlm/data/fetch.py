@@ -254,7 +254,7 @@ def resolve_files(name: str, download: DownloadConfig, roles: tuple[str, ...] | 
     return out
 
 
-def run_download(names: list[str], cfg: DownloadConfig) -> list[dict[str, Any]]:
+def download_all(names: list[str], cfg: DownloadConfig) -> list[dict[str, Any]]:
     """Fetch (or verify in the mirror) every file of `names` (datasets or groups); print one line per file.
 
     A dataset named explicitly must be complete (UserError otherwise). A dataset that came from a group is
@@ -290,4 +290,18 @@ def run_download(names: list[str], cfg: DownloadConfig) -> list[dict[str, Any]]:
               "download it.", flush=True)
     if failures:
         raise UserError(f"{len(failures)} file(s) could not be had, e.g. {failures[0]}")
+    return rows
+
+
+def plan_download(cfg: Any, run: Any) -> dict[str, Any]:
+    """The datasets a `femlm download` would fetch or verify (names and groups expanded, unknown ones refused)."""
+    expanded = expand_names(list(cfg.download.datasets))
+    return {"datasets": [name for name, _ in expanded], "mirror": str(cfg.download.mirror_dir() or ""),
+            "cache": str(cfg.download.cache_path()), "files": sum(len(get_entry(n).files) for n, _ in expanded)}
+
+
+def run_download(cfg: Any, run: Any) -> list[dict[str, Any]]:
+    """`femlm download`: fetch or verify each named dataset; the table goes to the run directory too."""
+    rows = download_all(list(cfg.download.datasets), cfg.download)
+    run.write_json("download.json", rows)
     return rows

@@ -9,7 +9,7 @@ articles; news domain), ``wikitext2`` (general domain); tokenizers/model configs
 ``cs``, ``news``, ``general`` expand to their corpora, and task names (``aclarc``, ``agnews``, ...) to
 their dataset.
 
-Domains (the paper's sizes; `femlm.data.presets.DOMAINS`): cs = S2ORC CS papers, 72k documents sampled
+Domains (the paper's sizes; femlm/conf/domain/*.yaml): cs = S2ORC CS papers, 72k documents sampled
 of DAPT's 2.22M, ~40k steps; news = RealNews, 623k of 11.90M, ~20k steps; general = Wikipedia +
 BookCorpus (16 GB), 1M steps, with WikiText-2 as the local stand-in. The local mirror holds only samples
 of these corpora (a few thousand documents); see ``shared/data/MANIFEST.md``.
@@ -30,27 +30,36 @@ stratified, per class 70/10/20%) into train 5,320 / dev 760 / test 1,520 for sma
 
 from __future__ import annotations
 
-from femlm.data.catalog import _CORPORA, _TASKS, _TOKENIZERS, DatasetEntry, FileEntry
+from femlm.data.catalog import DatasetEntry, FileEntry, load_catalog
 from femlm.errors import UserError
 
-REGISTRY: dict[str, DatasetEntry] = {e.name: e for e in (*_TASKS, *_CORPORA, *_TOKENIZERS)}
+REGISTRY: dict[str, DatasetEntry] = load_catalog()
+
+
+def _conf(group: str) -> dict[str, dict]:
+    """The package's femlm/conf/<group>/*.yaml options (shared blocks excluded), by name."""
+    from importlib import resources
+
+    import yaml
+
+    folder = resources.files("femlm").joinpath("conf", group)
+    return {p.name[:-5]: yaml.safe_load(p.read_text()) or {} for p in folder.iterdir()
+            if p.name.endswith(".yaml") and not p.name.startswith("_")}
+
+
 GROUPS: dict[str, tuple[str, ...]] = {
     "all": tuple(REGISTRY),
-    "dapt": tuple(e.name for e in _TASKS if e.group == "dapt"),
-    "glue": tuple(e.name for e in _TASKS if e.group == "glue"),
-    "corpora": tuple(e.name for e in _CORPORA),
-    "tokenizers": tuple(e.name for e in _TOKENIZERS),
-    # Domains: the registry corpora a domain's local corpus is built from (see presets.DOMAINS).
-    "cs": ("s2orc", "csabstruct", "arxiv_cs"),
-    "news": ("realnews", "reuters21578", "hyperpartisan_news"),
-    "general": ("wikitext2",),
+    **{group: tuple(n for n, e in REGISTRY.items() if e.group == group) for group in ("dapt", "glue", "corpora",
+                                                                                       "tokenizers")},
+    # Domains (femlm/conf/domain): the registry corpora a domain's stand-in corpus is built from.
+    **{name: tuple(dict.fromkeys(str(s).split(":")[0] for s in d.get("sources", []) if str(s).split(":")[0]
+                                 in REGISTRY)) for name, d in _conf("domain").items()},
 }
-# Task and Hub names that mean a registry dataset.
+# Names that mean a registry dataset: every task config's name (femlm/conf/task), and common spellings.
 ALIASES: dict[str, str] = {
-    "aclarc": "citation_intent", "acl-arc": "citation_intent", "scierc": "sciie",
-    "hyperpartisan": "hyperpartisan_news", "agnews": "ag", "ag_news": "ag", "rct-20k": "rct",
-    "sst-2": "sst2", "sts-b": "stsb", "google-bert/bert-base-uncased": "bert-base-uncased",
-    "FacebookAI/roberta-base": "roberta-base",
+    **{name: d["dataset"] for name, d in _conf("task").items() if d.get("dataset") in REGISTRY and name != d["dataset"]},
+    "acl-arc": "citation_intent", "ag_news": "ag", "rct-20k": "rct", "sst-2": "sst2", "sts-b": "stsb",
+    "google-bert/bert-base-uncased": "bert-base-uncased", "FacebookAI/roberta-base": "roberta-base",
 }
 
 __all__ = ["ALIASES", "GROUPS", "REGISTRY", "DatasetEntry", "FileEntry", "expand_names", "get_entry"]

@@ -1,18 +1,17 @@
-"""Tokenizers: a local directory, the mirrored bert-base-uncased / roberta-base files, the Hub, or a new
-WordPiece vocabulary trained on a corpus (for pre-training from scratch)."""
+"""Tokenizer files: the mirrored bert-base-uncased / roberta-base vocabularies and model configs, and new
+WordPiece vocabularies trained on a corpus (for pre-training from scratch). Loading any tokenizer by name or
+directory is femlm.models.load.load_tokenizer."""
 
 from __future__ import annotations
 
 import inspect
 import logging
-import os
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import transformers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from femlm.data.config import DownloadConfig
 from femlm.data.fetch import resolve_files
@@ -46,62 +45,20 @@ def _roberta_from_files(vocab: Path, merges: Path) -> PreTrainedTokenizerFast:
     return cls(**_files_kwargs(cls, vocab=str(vocab), merges=str(merges)), model_max_length=MAX_POSITIONS)
 
 
-def _require_fast(tokenizer: Any, where: str) -> PreTrainedTokenizerFast:
-    if not getattr(tokenizer, "is_fast", False):
-        raise UserError(f"tokenizer {where}: loaded a slow (Python) tokenizer; femlm needs a fast one "
-                        "(a tokenizer.json, or vocab files of a BERT/RoBERTa tokenizer)")
-    return tokenizer
-
-
-def load_tokenizer(name_or_path: str, download: DownloadConfig) -> PreTrainedTokenizerFast:
-    """A fast tokenizer from a local directory, the mirror/cache (bert-base-uncased, roberta-base), or the Hub."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        try:
-            return _require_fast(AutoTokenizer.from_pretrained(str(path)), str(path))
-        except (OSError, ValueError, TypeError, KeyError) as err:
-            raise UserError(f"tokenizer directory {path}: cannot be loaded ({type(err).__name__}: "
-                            f"{str(err)[:120]}); it needs the files save_pretrained writes (tokenizer.json "
-                            "or vocab files)") from None
-    name = ALIASES.get(name_or_path, name_or_path)
-    if name == "bert-base-uncased":
-        files = resolve_files(name, download, roles=("vocab",))
-        return _bert_from_vocab(files["vocab"], lowercase=True)
-    if name == "roberta-base":
-        files = resolve_files(name, download, roles=("vocab", "merges"))
+def mirrored_tokenizer(name: str, download: DownloadConfig) -> PreTrainedTokenizerFast | None:
+    """bert-base-uncased / roberta-base built from their mirrored (or cached, downloaded) vocabulary files;
+    None for any other name (femlm.models.load.load_tokenizer then tries a directory or the Hub)."""
+    key = ALIASES.get(name, name)
+    if key == "bert-base-uncased":
+        return _bert_from_vocab(resolve_files(key, download, roles=("vocab",))["vocab"], lowercase=True)
+    if key == "roberta-base":
+        files = resolve_files(key, download, roles=("vocab", "merges"))
         return _roberta_from_files(files["vocab"], files["merges"])
-    hint = (f"set model.tokenizer to a local directory saved with save_pretrained, or to one of "
-            f"{', '.join(MIRRORED)} (read from FEMLM_MIRROR / download.mirror)")
-    if download.offline:
-        raise UserError(f"tokenizer {name_or_path!r}: not a local directory nor a mirrored tokenizer, and "
-                        f"download.offline=true forbids the Hub; {hint}")
-    if not _hub_reachable():
-        raise UserError(f"tokenizer {name_or_path!r}: not a local directory nor a mirrored tokenizer, and the "
-                        f"Hub (huggingface.co) cannot be reached (or HF_HUB_OFFLINE is set); {hint}")
-    try:
-        return _require_fast(AutoTokenizer.from_pretrained(name_or_path), name_or_path)
-    except (OSError, ValueError, TypeError, KeyError) as err:
-        raise UserError(f"tokenizer {name_or_path!r}: not a local directory nor a mirrored tokenizer, and the "
-                        f"Hub failed ({type(err).__name__}); {hint}") from None
+    return None
 
 
-def _hub_reachable() -> bool:
-    """Cheap check before asking the Hub: without it a missing network costs ~45 s of retries."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    try:
-        socket.getaddrinfo("huggingface.co", 443)
-        return True
-    except OSError:
-        return False
-
-
-def model_config_path(name: str, download: DownloadConfig) -> Path | None:
-    """The HF ``config.json`` for bert-base-uncased / roberta-base (from the mirror/cache), or a local
-    directory's config.json; None for anything else (the caller may then ask the Hub)."""
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return path / "config.json" if (path / "config.json").is_file() else None
+def mirrored_config_path(name: str, download: DownloadConfig) -> Path | None:
+    """The HF ``config.json`` of bert-base-uncased / roberta-base from the mirror or cache; None otherwise."""
     key = ALIASES.get(name, name)
     if key not in MIRRORED:
         return None

@@ -1,10 +1,10 @@
-"""Typed schemas of the `finetune` and `evaluate` sections (conf/finetune.yaml, conf/evaluate.yaml)."""
+"""Typed schemas of the `finetune` and `evaluate` sections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from femlm.errors import UserError
+from femlm.errors import UserError, require_positive
 
 
 @dataclass
@@ -17,12 +17,8 @@ class FinetuneConfig:
     batch_size: int | None = None
     max_length: int | None = None
     max_train_examples: int | None = None  # small runs: a seeded, stratified subsample (seed = top-level seed)
-    eval_batch_size: int = 64
     group_by_length: bool = False  # batch training examples of similar length (less padding, HF's option)
     save_model: bool = False  # keep seed_<s>/model (save_pretrained) so `femlm evaluate` can score it
-    device: str = "auto"  # auto: CUDA when present, else CPU
-    precision: str = "auto"  # auto: bf16 autocast on GPUs that have it and CPUs with AMX, else fp32
-    threads: int | None = None  # torch CPU threads (None: torch's default)
 
     def validate(self) -> None:
         if len(self.seeds) == 0:
@@ -30,22 +26,13 @@ class FinetuneConfig:
         if len(set(self.seeds)) != len(self.seeds):
             raise UserError(f"finetune.seeds={list(self.seeds)}: seeds must be distinct (each has its own "
                             "seed_<s>/ directory)")
-        for key in ("batch_size", "max_length", "max_train_examples", "threads"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                raise UserError(f"finetune.{key}={value}: must be at least 1, or null")
+        require_positive("finetune", self, "batch_size", "max_length", "max_train_examples", allow_none=True)
         if self.max_length is not None and self.max_length < 8:
             raise UserError(f"finetune.max_length={self.max_length}: must be at least 8 tokens, or null")
         if self.epochs is not None and self.epochs <= 0:
             raise UserError(f"finetune.epochs={self.epochs}: must be positive, or null for the task's recipe")
         if self.lr is not None and self.lr <= 0:
             raise UserError(f"finetune.lr={self.lr}: must be positive, or null for the task's recipe")
-        if self.eval_batch_size < 1:
-            raise UserError(f"finetune.eval_batch_size={self.eval_batch_size}: must be at least 1")
-        if self.precision not in ("auto", "fp32", "bf16"):
-            raise UserError(f"finetune.precision={self.precision!r}: allowed auto, fp32, bf16")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise UserError(f"finetune.device={self.device!r}: allowed auto, cpu, cuda, cuda:N")
 
 
 @dataclass

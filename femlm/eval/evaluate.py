@@ -17,14 +17,17 @@ from typing import Any
 
 from transformers import DataCollatorWithPadding
 
+from femlm.data.tasks import load_task, task_data_notes
 from femlm.errors import UserError
-from femlm.eval import finetune as loop
-from femlm.eval import pipeline
+from femlm.eval import classifier as loop
+from femlm.eval import finetune
 from femlm.eval.inputs import encode, label_spec, split_labels
 from femlm.eval.metrics import majority_label, majority_scores
-from femlm.eval.model import is_finetuned, load_finetuned, load_tokenizer, pick_device, position_limit
 from femlm.eval.results import aggregate, efficiency_point, finite, format_score, write_predictions
+from femlm.models.checkpoints import inspect_checkpoint, is_local, position_limit
+from femlm.models.load import load_finetuned, tokenizer_for
 from femlm.runs import git_commit, hardware
+from femlm.runtime.device import configure_process, pick_device
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -34,6 +37,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text()) if path.is_file() else None
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON ({err.msg})") from None
+
+
+def is_finetuned(checkpoint: Path) -> bool:
+    """A directory holding a fine-tuned classifier (its config says *ForSequenceClassification)."""
+    try:
+        info = inspect_checkpoint(str(checkpoint)) if is_local(str(checkpoint)) else None
+    except UserError:
+        return False
+    return info is not None and any(a.endswith("ForSequenceClassification") for a in info.architectures)
 
 
 def find_finetuned(root: Path) -> list[Path]:
@@ -60,12 +72,12 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
     root = Path(cfg.evaluate.checkpoints).expanduser()
     checkpoints = find_finetuned(root)
     spec = label_spec(task)
-    data = pipeline.load_task(task, cfg.download)
+    data = load_task(task, cfg.download)
     if split not in data:
         raise UserError(f"evaluate.split={split!r} (task {task.name}): the data has splits {', '.join(data)}")
-    device = pick_device(cfg.finetune.device)
-    precision = loop.resolve_precision(cfg.finetune.precision, device)
-    notes = pipeline.task_data_notes(task, cfg.download)
+    device = pick_device(cfg.runtime.device)
+    precision = loop.resolve_precision(cfg.runtime.precision, device)
+    notes = list(task_data_notes(task, cfg.download))
     gold = split_labels(data[split], spec, task.name, split)
     baseline: dict[str, Any] = {}
     if "train" in data:
@@ -75,7 +87,7 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
     rows = []
     for checkpoint in checkpoints:
         info = _read_json(checkpoint / "femlm.json") or {}
-        tokenizer, _ = load_tokenizer(str(checkpoint), cfg.model.tokenizer, cfg.download)
+        tokenizer, _ = tokenizer_for(cfg.model, cfg.download, str(checkpoint))
         model = load_finetuned(checkpoint, spec, task.name).to(device)
         limit = position_limit(model.config, tokenizer)
         # Score with the input length the model was fine-tuned with unless finetune.max_length says otherwise.
@@ -84,7 +96,7 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
         if encoded.truncated:
             notes.append(f"{checkpoint}: {encoded.truncated} of {len(encoded)} {split} examples truncated to "
                          f"{max_length} tokens")
-        scores, preds = loop.score_split(model, encoded, spec, task.metric, cfg.finetune.eval_batch_size, device,
+        scores, preds = loop.score_split(model, encoded, spec, task.metric, cfg.runtime.eval_batch_size or 64, device,
                                          DataCollatorWithPadding(tokenizer), precision)
         name = "checkpoint" if checkpoint == root else str(checkpoint.relative_to(root)).replace("/", "__")
         if run.is_main:
@@ -138,20 +150,30 @@ def sweep(cfg: Any, run: Any) -> dict[str, Any]:
                                "eval_split": task.eval_split, "pretrain_run": str(root),
                                "seeds": list(cfg.finetune.seeds), "points": []}
     for name, path, step, info in pretraining_checkpoints(root):
-        results = pipeline.finetune_checkpoint(cfg, str(path), Path(run.dir) / "sweep" / name, run,
+        results = finetune.finetune_checkpoint(cfg, str(path), Path(run.dir) / "sweep" / name, run,
                                                extra_log={"checkpoint": name, "pretrain_step": step},
                                                write_as=f"sweep/{name}/results.json")
         payload["points"].append(efficiency_point(step, (info or {}).get("masking"), results))
         payload["majority_baseline"] = results["majority_baseline"].get(task.eval_split, {}).get(task.main_metric)
         run.write_json("efficiency.json", payload)  # after every point: a stopped sweep keeps what it has
-        print(f"[{name}] {pipeline.summary_line(results)}", flush=True)
+        print(f"[{name}] {finetune.summary_line(results)}", flush=True)
     return payload
 
 
+def plan_evaluate(cfg: Any, run: Any) -> dict[str, Any]:
+    """The checkpoints an evaluation would score (or, with evaluate.sweep, fine-tune), and the task's data."""
+    root = Path(cfg.evaluate.checkpoints).expanduser()
+    if cfg.evaluate.sweep:
+        found = [str(path) for _, path, _, _ in pretraining_checkpoints(root)]
+    else:
+        found = [str(path) for path in find_finetuned(root)]
+    data = load_task(cfg.task, cfg.download)
+    split = cfg.evaluate.split or cfg.task.eval_split
+    if split not in data:
+        raise UserError(f"evaluate.split={split!r} (task {cfg.task.name}): the data has splits {', '.join(data)}")
+    return {"task": cfg.task.name, "split": split, "sweep": cfg.evaluate.sweep, "checkpoints": found}
+
+
 def run_evaluate(cfg: Any, run: Any) -> dict[str, Any]:
-    if not cfg.finetune.seeds:
-        raise UserError("finetune.seeds=[]: give at least one seed, e.g. finetune.seeds=[1,2,3]")
-    if cfg.evaluate.checkpoints is None:
-        raise UserError("evaluate.checkpoints is not set: give a fine-tuned checkpoint, a directory of them, "
-                        "or a pre-training run directory (with evaluate.sweep=true)")
+    configure_process(cfg.runtime)
     return sweep(cfg, run) if cfg.evaluate.sweep else score_checkpoints(cfg, run)

@@ -1,196 +1,251 @@
-"""The fine-tuning loop: one short, readable loop for DAPT tasks and GLUE (no HF Trainer).
-
-DAPT protocol (``task.eval_split == "test"``; peers.md §3, ``classifier.jsonnet``): AdamW (betas 0.9/0.98,
-eps 1e-6, weight decay 0.1 except biases and LayerNorm), linear warmup 6% then linear decay (DAPT used
-slanted triangular, which is the same shape), grad-norm clip 1, 10 epochs, batch 16, lr 2e-5, early
-stopping with patience 3 on the dev main metric, and the best dev epoch's weights scored on test.
-GLUE (``eval_split`` dev, or dev_matched for MNLI): the usual BERT recipe from the task config (fixed epochs, no early
-stopping unless the task sets patience, Adam betas 0.9/0.999, eps 1e-8), the final model scored on the eval split.
-"""
+"""`femlm finetune`: one checkpoint, one task, several seeds -> per-seed files and results.json."""
 
 from __future__ import annotations
 
-import math
+import json
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm.auto import tqdm
-from transformers import DataCollatorWithPadding, PreTrainedModel, get_scheduler
+from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, set_seed
 
+from femlm.data.tasks import load_task, task_data_notes
 from femlm.errors import UserError
-from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
-from femlm.eval.metrics import compute_metrics
-from femlm.train.distributed import pick_precision
-
-LogFn = Callable[..., None]
-
-
-@dataclass
-class Recipe:
-    epochs: float
-    lr: float
-    batch_size: int
-    max_length: int
-    patience: int | None
-    warmup_ratio: float
-    weight_decay: float
-    eval_batch_size: int = 64
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-6
-    grad_clip: float = 1.0
-    group_by_length: bool = False  # training batches of similar lengths (finetune.group_by_length)
-    precision: str = "fp32"  # autocast dtype actually used: fp32 or bf16 (finetune.precision, resolved)
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["betas"] = list(self.betas)
-        return out
+from femlm.eval import classifier as loop
+from femlm.eval.inputs import (
+    Encoded,
+    LabelSpec,
+    encode,
+    label_spec,
+    select,
+    split_labels,
+    stratified_subsample,
+)
+from femlm.eval.metrics import majority_label, majority_scores
+from femlm.eval.results import aggregate_seeds, finite, format_score, write_predictions
+from femlm.models.checkpoints import ensure_obtainable, inspect_checkpoint, position_limit
+from femlm.models.load import load_classifier, load_config, tokenizer_for
+from femlm.report.paper import reported_for_task
+from femlm.runs import git_commit, hardware
+from femlm.runtime.device import configure_process, pick_device
 
 
-def make_recipe(task: Any, ft: Any, limit: int, device: torch.device) -> tuple[Recipe, list[str]]:
-    """The task's recipe with ``finetune.*`` overrides; ``max_length`` checked against the model;
-    ``finetune.precision`` resolved for ``device``."""
-    notes: list[str] = []
-    max_length = ft.max_length if ft.max_length is not None else task.max_length
-    if max_length > limit:
-        if ft.max_length is not None:
-            raise UserError(f"finetune.max_length={ft.max_length}: the model embeds at most {limit} "
-                            f"positions; use finetune.max_length<={limit}")
-        notes.append(f"task.max_length={task.max_length} exceeds the model's {limit} positions: "
-                     f"inputs truncated to {limit} tokens")
-        max_length = limit
-    dapt = task.eval_split == "test"
-    recipe = Recipe(
-        epochs=float(ft.epochs if ft.epochs is not None else task.epochs),
-        lr=float(ft.lr if ft.lr is not None else task.lr),
-        batch_size=int(ft.batch_size if ft.batch_size is not None else task.batch_size),
-        max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
-        weight_decay=float(task.weight_decay), eval_batch_size=int(ft.eval_batch_size),
-        betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8,
-        group_by_length=bool(ft.group_by_length), precision=resolve_precision(ft.precision, device))
-    overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
-    if overridden:
-        notes.append("recipe overridden by finetune." + ", finetune.".join(
-            f"{k}={getattr(ft, k)}" for k in overridden) + f" (task {task.name} recipe: epochs "
-            f"{task.epochs}, lr {task.lr}, batch {task.batch_size}, max_length {task.max_length})")
-    return recipe, notes
+def resolve_checkpoint(name_or_path: str | None) -> str:
+    """Check a checkpoint before any work: a local save_pretrained directory with weights, or a fetchable Hub id."""
+    if not name_or_path:
+        raise UserError("model.name_or_path is not set: give a checkpoint directory (e.g. a pre-training run's "
+                        "checkpoints/final) or a Hub id")
+    info = inspect_checkpoint(name_or_path)
+    ensure_obtainable(name_or_path)
+    return str(info.path) if info is not None else name_or_path
 
 
 @dataclass
-class SeedResult:
-    seed: int
-    best_epoch: int
-    epochs_run: int
-    dev: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, Any]] = field(default_factory=list)
+class Prepared:
+    """A task's data tokenized for one checkpoint's tokenizer: reused by every seed."""
+
+    spec: LabelSpec
+    recipe: loop.Recipe
+    tokenizer: PreTrainedTokenizerBase
+    splits: dict[str, Encoded]
+    full_train: int
+    notes: list[str]
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``finetune.precision`` as the autocast used on ``device``: "bf16" or "fp32" (see pick_precision)."""
-    dtype = pick_precision(precision, device, "finetune.precision")
-    if dtype == torch.float16:  # fine-tuning has no loss scaler; bf16 needs none
-        raise UserError("finetune.precision: fp16 is not supported for fine-tuning; use auto, bf16 or fp32")
-    return "bf16" if dtype == torch.bfloat16 else "fp32"
+def prepare(cfg: Any, checkpoint: str) -> Prepared:
+    task, ft = cfg.task, cfg.finetune
+    spec = label_spec(task)
+    tokenizer, _ = tokenizer_for(cfg.model, cfg.download, checkpoint)
+    limit = position_limit(load_config(checkpoint, cfg.download), tokenizer)
+    recipe, notes = loop.make_recipe(task, ft, cfg.runtime, limit, pick_device(cfg.runtime.device))
+    data = load_task(task, cfg.download)
+    notes = list(task_data_notes(task, cfg.download)) + notes
+    if "train" not in data:
+        raise UserError(f"task {task.name}: no train split to fine-tune on")
+    if task.eval_split not in data:
+        raise UserError(f"task.eval_split={task.eval_split!r} (task {task.name}): the data has splits "
+                        f"{', '.join(data)}")
+    train = data["train"]
+    full_train = len(train)
+    if ft.max_train_examples is not None and ft.max_train_examples < full_train:
+        # Seeded by the command's seed, not the fine-tuning seed: every seed sees the same subsample, so
+        # the spread over seeds measures fine-tuning variance only.
+        labels = split_labels(train, spec, task.name, "train")
+        keep = stratified_subsample(labels, ft.max_train_examples, cfg.seed, spec.regression)
+        train = select(train, keep)
+        how = "random" if spec.regression else "stratified by label"
+        notes.append(f"train subsampled to {len(keep)} of {full_train} examples (finetune.max_train_examples="
+                     f"{ft.max_train_examples}, {how}, seed {cfg.seed}): not the paper's scale")
+    pair = len(task.text_fields) == 2
+    splits = {"train": encode(train, tokenizer, spec, recipe.max_length, pair, task.name, "train")}
+    for name in data:  # dev/test; MNLI: dev_matched/dev_mismatched
+        if name != "train":
+            splits[name] = encode(data[name], tokenizer, spec, recipe.max_length, pair, task.name, name)
+    cut = {k: (v.truncated, len(v)) for k, v in splits.items() if v.truncated}
+    if cut:
+        notes.append(f"inputs truncated to max_length={recipe.max_length} tokens (as DAPT did): " + ", ".join(
+            f"{k} {n} of {total}" for k, (n, total) in cut.items()))
+    if recipe.patience is not None and monitor_split(splits, task.eval_split) == "test":
+        raise UserError(f"task {task.name}: early stopping (task.patience={recipe.patience}) needs a dev split "
+                        "and this data has none; selecting on test would be optimistic: set task.patience=null")
+    if recipe.patience is not None and monitor_split(splits, task.eval_split) == task.eval_split:
+        notes.append(f"early stopping selects on {task.eval_split}, which is also the reported eval split "
+                     "(optimistic)")
+    return Prepared(spec, recipe, tokenizer, splits, full_train, notes)
 
 
-def autocast(device: torch.device, precision: str) -> Any:
-    """bf16 autocast (GPUs that have it, CPUs with AMX; see pick_precision) or plain fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+def monitor_split(splits: Any, eval_split: str) -> str:
+    """The split early stopping watches: dev when the task has one (DAPT), else the eval split (GLUE)."""
+    return "dev" if "dev" in splits else eval_split
 
 
-@torch.no_grad()
-def predict(model: PreTrainedModel, data: Encoded, spec: LabelSpec, batch_size: int, device: torch.device,
-            collator: DataCollatorWithPadding, precision: str = "fp32") -> list[Any]:
-    """Predictions in file order (label indices, or floats for regression)."""
-    model.eval()
-    out: list[Any] = [None] * len(data)
-    for idx, batch in batches(data, batch_size, collator, shuffle=False, sort_by_length=True):
-        batch.pop("labels", None)
-        with autocast(device, precision):
-            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
-        values = logits[:, 0].tolist() if spec.regression else logits.argmax(-1).tolist()
-        for i, value in zip(idx, values, strict=True):
-            out[i] = value
+def scored_splits(prep: Prepared) -> list[str]:
+    """Every labelled split but train, with dev and test first (results.json always has both keys)."""
+    rest = [k for k in prep.splits if k not in ("train", "dev", "test")]
+    return ["dev", "test", *rest]
+
+
+def majority_baseline(prep: Prepared, metric: str) -> dict[str, Any]:
+    """Always predict the most frequent training label (train mean for regression): what a model must beat."""
+    constant = majority_label(prep.splits["train"].labels, prep.spec.regression)
+    out: dict[str, Any] = {"prediction": constant if prep.spec.regression else prep.spec.id2label[constant]}
+    for name in scored_splits(prep):
+        out[name] = (majority_scores(metric, constant, prep.splits[name].labels, prep.spec.num_labels)
+                     if name in prep.splits else {})
     return out
 
 
-def score_split(model: PreTrainedModel, data: Encoded, spec: LabelSpec, metric: str, batch_size: int,
-                device: torch.device, collator: DataCollatorWithPadding, precision: str = "fp32"
-                ) -> tuple[dict[str, float], list[Any]]:
-    predictions = predict(model, data, spec, batch_size, device, collator, precision)
-    return compute_metrics(metric, data.labels, predictions, num_labels=spec.num_labels), predictions
+def run_seeds(cfg: Any, checkpoint: str, prep: Prepared, out_dir: Path, run: Any,
+              extra_log: dict[str, Any] | None = None,
+              on_seed: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
+    """Fine-tune a fresh copy of ``checkpoint`` per seed; write each seed's predictions and scores."""
+    task, ft = cfg.task, cfg.finetune
+    device = pick_device(cfg.runtime.device)
+    collator = DataCollatorWithPadding(prep.tokenizer)
+    names = None if prep.spec.regression else prep.spec.id2label
+    info = inspect_checkpoint(checkpoint)
+    pretrain = info.femlm if info is not None else None
+    monitor = prep.splits[monitor_split(prep.splits, task.eval_split)]
+    rows = []
+    for seed in ft.seeds:
+        set_seed(seed)  # the new head's init, dropout and the shuffling all follow the seed
+        model, fresh = load_classifier(checkpoint, prep.spec, cfg.download)
+        if fresh and not rows:
+            prep.notes.append("newly initialized on top of the checkpoint (trained from scratch on the task): "
+                              + ", ".join(fresh))
+        start = time.time()
+        result = loop.train_seed(
+            model, prep.splits["train"], monitor, prep.recipe, prep.spec, task.metric, task.main_metric, seed,
+            device, collator, lambda **r: run.log(**(extra_log or {}), **r), progress=cfg.logger.progress)
+        row: dict[str, Any] = {"seed": seed, "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
+                               "train_s": round(time.time() - start, 1)}
+        seed_dir = out_dir / f"seed_{seed}"
+        for name in scored_splits(prep):
+            row[name] = {}
+            if name not in prep.splits:
+                continue
+            # The kept model (best dev epoch, or the last) scored on every labelled split.
+            scores, preds = loop.score_split(model, prep.splits[name], prep.spec, task.metric,
+                                             prep.recipe.eval_batch_size, device, collator, prep.recipe.precision)
+            row[name] = scores
+            if name == task.eval_split and run.is_main:
+                write_predictions(seed_dir / "predictions.jsonl", prep.splits[name].labels, preds, names)
+        if run.is_main:
+            seed_dir.mkdir(parents=True, exist_ok=True)
+            payload = finite({**row, "history": result.history})
+            (seed_dir / "scores.json").write_text(json.dumps(payload, indent=2) + "\n")
+            if ft.save_model:
+                save_finetuned(model, prep.tokenizer, seed_dir / "model", task.name, seed, checkpoint, pretrain,
+                               result.best_epoch, prep.recipe.max_length)
+        run.log(**(extra_log or {}), seed=seed, event="seed_done", best_epoch=result.best_epoch,
+                **{f"{k}_{m}": v for k in scored_splits(prep) for m, v in row[k].items()})
+        rows.append(row)
+        if on_seed is not None:
+            on_seed(rows)
+        del model
+    return rows
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """No weight decay on biases and LayerNorm weights (the 1-D tensors), as BERT and DAPT do."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+def save_finetuned(model: Any, tokenizer: PreTrainedTokenizerBase, path: Path, task: str, seed: int,
+                   checkpoint: str, pretrain: dict[str, Any] | None, best_epoch: int, max_length: int) -> None:
+    """A save_pretrained classifier that `femlm evaluate` can score, with where it came from and the
+    input length it was trained with (evaluate uses the same by default)."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    info = {"kind": "finetune", "task": task, "seed": seed, "checkpoint": checkpoint, "best_epoch": best_epoch,
+            "max_length": max_length, "pretrain": pretrain}
+    (path / "femlm.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
-def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, recipe: Recipe, spec: LabelSpec,
-               metric: str, main_metric: str, seed: int, device: torch.device, collator: DataCollatorWithPadding,
-               log: LogFn, progress: bool = True) -> SeedResult:
-    """Train ``model`` in place. With patience, stop after ``patience`` epochs without a better dev main
-    metric and load the best epoch's weights back (an in-memory state_dict copy); without, keep the last."""
-    if recipe.patience is not None and dev is None:
-        raise UserError("early stopping (task.patience) needs a dev split; this task has none: set "
-                        "task.patience=null")
-    model.to(device)
-    steps_per_epoch = n_batches(len(train), recipe.batch_size)
-    total_steps = max(1, math.ceil(recipe.epochs * steps_per_epoch))
-    n_epochs = math.ceil(total_steps / steps_per_epoch)
-    optimizer = torch.optim.AdamW(param_groups(model, recipe.weight_decay), lr=recipe.lr, betas=recipe.betas,
-                                  eps=recipe.eps)
-    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=round(recipe.warmup_ratio * total_steps),
-                              num_training_steps=total_steps)
-    generator = torch.Generator().manual_seed(seed)
-    result = SeedResult(seed=seed, best_epoch=0, epochs_run=0)
-    best_score, best_state, bad_epochs, step = -math.inf, None, 0, 0
-    for epoch in range(1, n_epochs + 1):
-        model.train()
-        losses: list[float] = []
-        bar = tqdm(batches(train, recipe.batch_size, collator, shuffle=True, generator=generator,
-                           group_by_length=recipe.group_by_length),
-                   total=min(steps_per_epoch, total_steps - step), desc=f"seed {seed} epoch {epoch}",
-                   disable=not progress, leave=False)
-        for _, batch in bar:
-            with autocast(device, recipe.precision):
-                loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-            step += 1
-            if step >= total_steps:
-                break
-        result.epochs_run = epoch
-        record: dict[str, Any] = {"seed": seed, "epoch": epoch, "step": step,
-                                  "train_loss": sum(losses) / max(1, len(losses)), "lr": scheduler.get_last_lr()[0]}
-        if dev is not None:
-            scores, _ = score_split(model, dev, spec, metric, recipe.eval_batch_size, device, collator,
-                                    recipe.precision)
-            record.update({f"dev_{k}": v for k, v in scores.items()})
-            if scores[main_metric] > best_score:
-                best_score, bad_epochs, result.best_epoch, result.dev = scores[main_metric], 0, epoch, scores
-                if recipe.patience is not None:
-                    # CPU copy: the best weights must survive later epochs without holding GPU memory.
-                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            else:
-                bad_epochs += 1
-        log(**record)
-        result.history.append(record)
-        if recipe.patience is not None and bad_epochs >= recipe.patience:
-            break
-    if recipe.patience is None:
-        # Fixed-epoch recipe: the final model is the result (selecting on the eval split would be optimistic).
-        result.best_epoch = result.epochs_run
-        result.dev = {k[4:]: v for k, v in result.history[-1].items() if k.startswith("dev_")}
-    elif best_state is not None:
-        model.load_state_dict(best_state)
-    return result
+def finetune_checkpoint(cfg: Any, checkpoint: str, out_dir: Path, run: Any,
+                        extra_log: dict[str, Any] | None = None, write_as: str | None = None) -> dict[str, Any]:
+    """Fine-tune and score one checkpoint with every seed; return the results.json payload.
+
+    ``write_as``: a path in the run directory rewritten after every seed (``"complete": false`` until the
+    last), so a run stopped part-way keeps the seeds it finished, aggregated.
+    """
+    if not cfg.finetune.seeds:
+        raise UserError("finetune.seeds=[]: give at least one seed, e.g. finetune.seeds=[1,2,3]")
+    task = cfg.task
+    checkpoint = resolve_checkpoint(checkpoint)
+    configure_process(cfg.runtime)
+    start = time.time()
+    prep = prepare(cfg, checkpoint)
+    baseline = majority_baseline(prep, task.metric)
+
+    def payload(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+        notes = list(prep.notes)
+        if task.eval_split != "test":
+            notes.append(f"task {task.name} is scored on {task.eval_split} (GLUE: the test labels are not public)")
+        return finite({
+            "kind": "finetune", "task": task.name, "metric": task.metric, "main_metric": task.main_metric,
+            "eval_split": task.eval_split, "checkpoint": checkpoint, "pretrain": _pretrain_info(checkpoint),
+            "seeds": seeds, "aggregate": aggregate_seeds(seeds, scored_splits(prep)),
+            "majority_baseline": baseline, "notes": notes, "hardware": hardware(), "git_commit": git_commit(),
+            "scale": {"train_examples": len(prep.splits["train"]), "full_train_examples": prep.full_train,
+                      "max_train_examples": cfg.finetune.max_train_examples, "epochs": prep.recipe.epochs,
+                      "max_length": prep.recipe.max_length, "eval_examples": len(prep.splits[task.eval_split])},
+            "recipe": prep.recipe.as_dict(), "labels": list(prep.spec.id2label.values()),
+            "paper": reported_for_task(task.name), "complete": len(seeds) == len(cfg.finetune.seeds),
+            "wall_s": round(time.time() - start, 1),
+        })
+
+    def on_seed(seeds: list[dict[str, Any]]) -> None:
+        if write_as is not None:
+            run.write_json(write_as, payload(seeds))
+
+    return payload(run_seeds(cfg, checkpoint, prep, out_dir, run, extra_log, on_seed))
+
+
+def _pretrain_info(checkpoint: str) -> dict[str, Any] | None:
+    """The checkpoint's femlm.json (masking arm, step, ...), or None for outside checkpoints."""
+    info = inspect_checkpoint(checkpoint)
+    return info.femlm if info is not None else None
+
+
+def summary_line(results: dict[str, Any]) -> str:
+    split, key = results["eval_split"], results["main_metric"]
+    stats = results["aggregate"][split].get(key, {})
+    base = results["majority_baseline"].get(split, {}).get(key)
+    base_text = f"{base * 100:.2f}" if base is not None else "n/a"
+    return (f"{results['task']} {split} {key}: {format_score(stats)}; majority baseline {base_text} "
+            f"({results['wall_s']} s)")
+
+
+def plan_finetune(cfg: Any, run: Any) -> dict[str, Any]:
+    """Every check of a fine-tuning run without training: checkpoint, tokenizer, recipe, the task's data
+    (read, labels checked, tokenized)."""
+    checkpoint = resolve_checkpoint(cfg.model.name_or_path)
+    prep = prepare(cfg, checkpoint)
+    return {"checkpoint": checkpoint, "task": cfg.task.name, "seeds": list(cfg.finetune.seeds),
+            "recipe": prep.recipe.as_dict(), "examples": {k: len(v) for k, v in prep.splits.items()},
+            "notes": prep.notes}
+
+
+def run_finetune(cfg: Any, run: Any) -> dict[str, Any]:
+    """`femlm finetune task=<name> model.name_or_path=<checkpoint>`: results.json in the run directory."""
+    results = finetune_checkpoint(cfg, cfg.model.name_or_path, Path(run.dir), run, write_as="results.json")
+    print(summary_line(results), flush=True)
+    return results

@@ -11,7 +11,7 @@ Pure tensor code independent of any trainer. Strategies x granularities:
 
 Typical use::
 
-    cfg = MaskingConfig(name="fe_subword", strategy="fully_explored", splits=4)
+    cfg = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)
     collator = MaskingCollator.from_tokenizer(cfg, tokenizer, seed=0)
     batch = collator(features)            # input_ids/attention_mask/labels/sequence_index/copy_index
 """

@@ -34,22 +34,22 @@ from .words import word_start_table
 _PASS_THROUGH = {"token_type_ids": 0}
 
 
-def sequences_per_batch(rows: int, splits: int, equal_compute: bool) -> int:
+def sequences_per_batch(rows: int, num_masks: int, equal_compute: bool) -> int:
     """How many source sequences to put in a batch of ``rows`` model rows.
 
-    ``equal_compute=True``: ``rows / splits`` sequences (each becomes ``splits`` rows) -- ``rows`` must be a
-    multiple of ``splits``. ``equal_compute=False``: ``rows`` sequences, i.e. ``rows * splits`` model rows.
+    ``equal_compute=True``: ``rows / num_masks`` sequences (each becomes ``num_masks`` rows) -- ``rows`` must be a
+    multiple of ``num_masks``. ``equal_compute=False``: ``rows`` sequences, i.e. ``rows * num_masks`` model rows.
     """
-    if rows < 1 or splits < 1:
-        raise MaskingConfigError(f"rows={rows}, splits={splits} are invalid; allowed: both >= 1")
+    if rows < 1 or num_masks < 1:
+        raise MaskingConfigError(f"rows={rows}, num_masks={num_masks} are invalid; allowed: both >= 1")
     if not equal_compute:
         return rows
-    if rows % splits:
+    if rows % num_masks:
         raise MaskingConfigError(
-            f"batch rows={rows} is invalid with masking.splits={splits} and equal_compute=true; "
-            f"allowed: a multiple of {splits} (e.g. {max(splits, rows - rows % splits)})"
+            f"batch rows={rows} is invalid with masking.num_masks={num_masks} and equal_compute=true; "
+            f"allowed: a multiple of {num_masks} (e.g. {max(num_masks, rows - rows % num_masks)})"
         )
-    return rows // splits
+    return rows // num_masks
 
 
 def _as_list(x: Any) -> list[int]:

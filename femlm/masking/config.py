@@ -1,8 +1,8 @@
-"""Masking configuration: one dataclass whose fields are exactly the keys of ``conf/masking/*.yaml``.
+"""Masking configuration: the typed schema of the `masking` section, and its checks.
 
-The config is a plain dataclass (not a Hydra structured config) so that the masking package stays usable
-without Hydra; ``MaskingConfig.from_dict`` accepts the composed ``DictConfig``/dict and rejects unknown keys,
-so a typo in a YAML override fails loudly instead of being silently ignored.
+A plain dataclass (Hydra registers it as the schema; ``conf/masking/<arm>.yaml`` holds only what an arm
+changes), so the masking package stays usable without Hydra: ``MaskingConfig.from_dict`` accepts a dict or
+``DictConfig`` and rejects unknown keys, so a typo fails loudly instead of being silently ignored.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 STRATEGIES = ("random", "fully_explored", "iid")
 GRANULARITIES = ("subword", "whole_word", "span")
 COUNTS = ("exact", "bernoulli")
 
-# Tolerance for ``splits * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
+# Tolerance for ``num_masks * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
 _EPS = 1e-9
 
 
@@ -42,9 +41,10 @@ class MaskingConfig:
       granularity: ``subword`` (tokens), ``whole_word`` (all pieces of a word together) or ``span``
         (SpanBERT: geometric span lengths in words).
       ratio: masking ratio; each mask holds tau = round_half_up(ratio * n_valid) tokens, at least 1.
-      splits: K, the number of masks per sequence. For ``strategy: random`` it is forced to 1 by
-        :meth:`validate` (documented decision: the baseline has one mask, so a shared sweep override of
-        ``splits`` cannot silently turn the baseline into K-copy training).
+      num_masks: K, the number of masks (masked copies) per sequence -- the paper's "number of splits". For
+        ``strategy: random`` it is forced to 1 by :meth:`validate` (documented decision: the baseline has one
+        mask, so a shared sweep override of ``num_masks`` cannot silently turn the baseline into K-copy
+        training).
       count: ``exact`` (fixed-size mask set M(tau), the paper) or ``bernoulli`` (each valid token
         independently with probability ``ratio``: Hugging Face ``DataCollatorForLanguageModeling``).
       mask_replace_prob / random_replace_prob: of the chosen positions, the share replaced by the mask
@@ -58,7 +58,7 @@ class MaskingConfig:
     strategy: str = "random"
     granularity: str = "subword"
     ratio: float = 0.15
-    splits: int = 1
+    num_masks: int = 1
     count: str = "exact"
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
@@ -70,10 +70,10 @@ class MaskingConfig:
     @property
     def num_copies(self) -> int:
         """K, the number of masked rows emitted per input sequence (1 for the random baseline)."""
-        return 1 if self.strategy == "random" else int(self.splits)
+        return 1 if self.strategy == "random" else int(self.num_masks)
 
     def validate(self) -> MaskingConfig:
-        """Check every field; force ``splits = 1`` for ``strategy: random``; return ``self`` for chaining.
+        """Check every field; force ``num_masks = 1`` for ``strategy: random``; return ``self`` for chaining.
 
         Raises :class:`MaskingConfigError` with a one-line message on the first problem found.
         """
@@ -87,19 +87,19 @@ class MaskingConfig:
             raise bad("granularity", self.granularity, " | ".join(GRANULARITIES))
         if self.count not in COUNTS:
             raise bad("count", self.count, " | ".join(COUNTS))
-        if isinstance(self.splits, bool) or not isinstance(self.splits, int):
-            raise bad("splits", self.splits, "an integer >= 1")
-        if self.splits < 1:
-            raise bad("splits", self.splits, "an integer >= 1")
+        if isinstance(self.num_masks, bool) or not isinstance(self.num_masks, int):
+            raise bad("num_masks", self.num_masks, "an integer >= 1")
+        if self.num_masks < 1:
+            raise bad("num_masks", self.num_masks, "an integer >= 1")
         if self.strategy == "random":
-            self.splits = 1
+            self.num_masks = 1
         ratio = self.ratio
         if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not 0.0 < ratio <= 1.0:
             raise bad("ratio", ratio, "0 < ratio <= 1")
-        if self.splits * ratio > 1.0 + _EPS:
+        if self.num_masks * ratio > 1.0 + _EPS:
             raise MaskingConfigError(
-                f"masking.splits * masking.ratio = {self.splits} * {ratio} = {self.splits * ratio:g} is invalid; "
-                "allowed: splits * ratio <= 1 (K disjoint masks of ratio*n tokens must fit in n tokens)"
+                f"masking.num_masks * masking.ratio = {self.num_masks} * {ratio} = {self.num_masks * ratio:g} is "
+                "invalid; allowed: num_masks * ratio <= 1 (K disjoint masks of ratio*n tokens must fit in n tokens)"
             )
         for key in ("mask_replace_prob", "random_replace_prob"):
             value = getattr(self, key)
@@ -137,27 +137,13 @@ class MaskingConfig:
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MaskingConfig:
         """Build from a mapping (dict or OmegaConf ``DictConfig``); unknown keys raise MaskingConfigError."""
-        names = set(cls.field_names())
+        names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(str(k) for k in data if k not in names)
         if unknown:
-            raise MaskingConfigError(
-                f"masking keys {unknown} are invalid; allowed: {', '.join(cls.field_names())}"
-            )
+            raise MaskingConfigError(f"masking keys {unknown} are invalid; allowed: {', '.join(names)}")
         return cls(**{str(k): v for k, v in data.items()})
-
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> MaskingConfig:
-        import yaml  # local import: PyYAML is only needed for this convenience
-
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
-        return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -121,8 +121,8 @@ class Masker:
             row = int(bad[0])
             raise MaskingError(
                 f"row {row} has n_valid={int(n_valid[row])} maskable tokens (specials/padding excluded) but "
-                f"strategy={self.cfg.strategy} with splits K={k} needs at least K*max(1,tau)={k * max(1, int(tau[row]))} "
-                f"({bad.numel()} row(s) too short); drop or pack short sequences, or lower masking.splits"
+                f"strategy={self.cfg.strategy} with num_masks K={k} needs at least K*max(1,tau)={k * max(1, int(tau[row]))} "
+                f"({bad.numel()} row(s) too short); drop or pack short sequences, or lower masking.num_masks"
             )
 
     def select(

@@ -42,7 +42,7 @@ ARM_LABELS = {"mlm_subword": "MLM + Subword", "fe_subword": "FE-MLM + Subword",
 # Rows every table shows even when nothing was measured for them: the paper's own comparison.
 CORE_ARMS = {"table2": ("mlm_subword", "fe_subword", "mlm_span", "fe_span"),
              "table1": ("mlm_subword", "fe_subword")}
-DEFAULT_SPLITS = {"fully_explored": 4, "iid": 4, "random": 1}  # the paper's K=4 for FE-MLM
+DEFAULT_NUM_MASKS = {"fully_explored": 4, "iid": 4, "random": 1}  # the paper's K=4 for FE-MLM
 VALUE = "mean ± std over fine-tuning seeds of each task's main metric × 100"
 
 
@@ -83,18 +83,18 @@ def _preferred(results: list[FinetuneResult]) -> tuple[list[FinetuneResult], lis
     notes: list[str] = []
     top = max((r.step if r.step is not None else -1) for r in results)
     kept = [r for r in results if (r.step if r.step is not None else -1) == top]
-    variants = {(r.splits, r.ratio) for r in kept}
+    variants = {(r.num_masks, r.ratio) for r in kept}
     if len(variants) > 1:
         strategy = str((kept[0].pretrain or {}).get("strategy") or "")
-        want_k = DEFAULT_SPLITS.get(strategy)
+        want_k = DEFAULT_NUM_MASKS.get(strategy)
 
         def rank(v: tuple[int | None, float | None]) -> tuple[bool, bool, int]:
-            return (v[0] == want_k, v[1] in (None, PAPER_RATIO), sum((r.splits, r.ratio) == v for r in kept))
+            return (v[0] == want_k, v[1] in (None, PAPER_RATIO), sum((r.num_masks, r.ratio) == v for r in kept))
 
         best = max(variants, key=rank)
-        kept = [r for r in kept if (r.splits, r.ratio) == best]
-        shown = sorted({f"splits={k}" + (f", ratio={q}" if q is not None else "") for k, q in variants})
-        notes.append(f"uses splits={best[0]}" + (f", ratio={best[1]}" if best[1] is not None else "")
+        kept = [r for r in kept if (r.num_masks, r.ratio) == best]
+        shown = sorted({f"K={k}" + (f", ratio={q}" if q is not None else "") for k, q in variants})
+        notes.append(f"uses K={best[0]}" + (f", ratio={best[1]}" if best[1] is not None else "")
                      + f" of {'; '.join(shown)}")
     return kept, notes
 
@@ -263,7 +263,7 @@ def efficiency_series(collection: Collection) -> dict[str, dict[str, list[tuple[
         pre = result.pretrain or {}
         if result.step is None or result.arm.masking is None:
             continue
-        if result.splits not in (None, DEFAULT_SPLITS.get(str(pre.get("strategy")), result.splits)):
+        if result.num_masks not in (None, DEFAULT_NUM_MASKS.get(str(pre.get("strategy")), result.num_masks)):
             continue  # a split-ablation arm: it belongs to the other panel
         name = result.arm.masking if result.arm.stage == "continual" else f"{result.arm.masking} [{result.arm.stage}]"
         for task, score in result.scores.items():
@@ -280,7 +280,7 @@ def efficiency_series(collection: Collection) -> dict[str, dict[str, list[tuple[
 
 
 def split_series(collection: Collection) -> dict[str, list[tuple[int, float, float | None, int]]]:
-    """task -> [(splits K, mean x100, std, n)] over FE-MLM runs that differ only in K (the ablation).
+    """task -> [(K masks, mean x100, std, n)] over FE-MLM runs that differ only in K (the ablation).
 
     Runs are grouped by masking ratio too: the paper's sweep masks 12.5% per split, so its K=4 point is not
     Table 2's FE-MLM arm (15%); the ratio with the most distinct K values is the sweep.
@@ -289,15 +289,15 @@ def split_series(collection: Collection) -> dict[str, list[tuple[int, float, flo
     for result in collection.finetune:
         pre = result.pretrain or {}
         is_fe = pre.get("strategy") == "fully_explored" or str(pre.get("masking", "")).startswith("fe_")
-        if is_fe and result.splits is not None:
+        if is_fe and result.num_masks is not None:
             for task in result.scores:
-                groups[(task, result.ratio, result.splits)].append(result)
+                groups[(task, result.ratio, result.num_masks)].append(result)
     by_ratio: dict[tuple[str, float | None], list[tuple[int, float, float | None, int]]] = defaultdict(list)
-    for (task, ratio, splits), results in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+    for (task, ratio, k), results in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         top = max((r.step or 0) for r in results)
         values = [v for r in results if (r.step or 0) == top for v in r.scores[task].values.values()]
         if values:
-            by_ratio[(task, ratio)].append((splits, statistics.fmean(values),
+            by_ratio[(task, ratio)].append((k, statistics.fmean(values),
                                             statistics.stdev(values) if len(values) > 1 else None, len(values)))
     out: dict[str, list[tuple[int, float, float | None, int]]] = {}
     for (task, _ratio), points in by_ratio.items():

@@ -61,8 +61,11 @@ class FinetuneResult:
         return _int(self.pretrain.get("step")) if self.pretrain else None
 
     @property
-    def splits(self) -> int | None:
-        return _int(self.pretrain.get("splits")) if self.pretrain else None
+    def num_masks(self) -> int | None:
+        """K of the checkpoint's masking arm (femlm.json; results written before the rename call it splits)."""
+        if not self.pretrain:
+            return None
+        return _int(self.pretrain.get("num_masks", self.pretrain.get("splits")))
 
     @property
     def ratio(self) -> float | None:

@@ -27,6 +27,27 @@ class Figure:
     sources: dict[str, str] = field(default_factory=dict)  # analysis: copied folder name -> analysis.json
 
 
+# Each figure's title, and why it is skipped when the collected runs cannot support it.
+TITLES = {
+    "efficiency": "Figure 4 (left): downstream score vs pre-training step, MLM vs FE-MLM",
+    "splits": "Figure 4 (right): effect of the split number K (FE-MLM)",
+    "pretrain_loss": "Pre-training: held-out MLM loss vs step, one line per arm",
+    "analysis": "Figures 2-3: gradient covariance vs Hamming distance; K-mask variance (femlm analyze)",
+}
+SKIPPED = {
+    "efficiency": "no efficiency.json and no fine-tuning results of one arm at two or more pre-training steps "
+                  "(run `femlm evaluate evaluate.sweep=true`)",
+    "splits": "no FE-MLM fine-tuning results from checkpoints that differ in masking.num_masks (sweep: "
+              "`femlm continual-pretrain -m masking.num_masks=2,4,6,8`)",
+    "pretrain_loss": "no pre-training run with eval_loss records in metrics.jsonl",
+    "analysis": "no analysis.json (run `femlm analyze both`)",
+}
+
+
+def _skipped(key: str, note: str | None = None) -> Figure:
+    return Figure(key, TITLES[key], "skipped", note=note or SKIPPED[key])
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -43,20 +64,38 @@ def _write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
         writer.writerows(["" if v is None else v for v in row] for row in rows)
 
 
-def _axes(plt: Any, panels: int) -> tuple[Any, list[Any]]:
+def _canvas(panels: int) -> tuple[Any, Any, list[Any]]:
+    """(pyplot, figure, its `panels` axes side by side)."""
+    plt = _plt()
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.8), squeeze=False)
-    return fig, list(axes[0])
+    return plt, fig, list(axes[0])
+
+
+def _label(ax: Any, xlabel: str, ylabel: str, legend_size: int = 8) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def _written(key: str, plt: Any, fig: Any, out_dir: Path, stem: str, header: list[str],
+             rows: list[list[object]]) -> Figure:
+    """Save `fig` as <stem>.png and the plotted numbers as <stem>.csv; the Figure record of both."""
+    title = TITLES[key]
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{stem}.png", dpi=120)
+    plt.close(fig)
+    _write_csv(out_dir / f"{stem}.csv", header, rows)
+    return Figure(key, title, "written", [f"figures/{stem}.png", f"figures/{stem}.csv"])
 
 
 def efficiency_figure(collection: Collection, out_dir: Path) -> Figure:
-    title = "Figure 4 (left): downstream score vs pre-training step, MLM vs FE-MLM"
     series = efficiency_series(collection)
     if not series:
-        return Figure("efficiency", title, "skipped", note="no efficiency.json and no fine-tuning results of one "
-                      "arm at two or more pre-training steps (run `femlm evaluate evaluate.sweep=true`)")
-    plt = _plt()
-    fig, axes = _axes(plt, len(series))
-    rows: list[list[object]] = []
+        return _skipped("efficiency")
+    plt, fig, axes = _canvas(len(series))
+    rows: list[list[object]] = []  # the plotted numbers, for the CSV
     for ax, (task, arms) in zip(axes, sorted(series.items()), strict=True):
         for masking, points in sorted(arms.items()):
             steps = [p[0] for p in points]
@@ -66,53 +105,33 @@ def efficiency_figure(collection: Collection, out_dir: Path) -> Figure:
             ax.fill_between(steps, [m - s for m, s in zip(means, stds, strict=True)],
                             [m + s for m, s in zip(means, stds, strict=True)], alpha=0.2)
             rows += [[task, masking, *p] for p in points]
-        ax.set_xlabel("pre-training step")
-        ax.set_ylabel(f"{TASK_HEADERS.get(task, task)} score (×100)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_dir / "figure4_efficiency.png", dpi=120)
-    plt.close(fig)
-    _write_csv(out_dir / "figure4_efficiency.csv", ["task", "masking", "step", "mean", "std"], rows)
-    return Figure("efficiency", title, "written", ["figures/figure4_efficiency.png", "figures/figure4_efficiency.csv"])
+        _label(ax, "pre-training step", f"{TASK_HEADERS.get(task, task)} score (×100)")
+    return _written("efficiency", plt, fig, out_dir, "figure4_efficiency",
+                    ["task", "masking", "step", "mean", "std"], rows)
 
 
 def splits_figure(collection: Collection, out_dir: Path) -> Figure:
-    title = "Figure 4 (right): effect of the split number K (FE-MLM)"
     series = split_series(collection)
     if not series:
-        return Figure("splits", title, "skipped", note="no FE-MLM fine-tuning results from checkpoints that differ "
-                      "in masking.splits (sweep: `femlm continual-pretrain -m masking.splits=2,4,6,8`)")
-    plt = _plt()
-    fig, axes = _axes(plt, 1)
+        return _skipped("splits")
+    plt, fig, axes = _canvas(1)
     rows: list[list[object]] = []
     for task, points in sorted(series.items()):
         axes[0].errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] or 0.0 for p in points],
                          marker="o", capsize=3, label=TASK_HEADERS.get(task, task))
         rows += [[task, *p] for p in points]
-    axes[0].set_xlabel("number of splits K")
-    axes[0].set_ylabel("score (×100)")
     axes[0].set_xticks(sorted({p[0] for pts in series.values() for p in pts}))
-    axes[0].grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_dir / "ablation_splits.png", dpi=120)
-    plt.close(fig)
-    _write_csv(out_dir / "ablation_splits.csv", ["task", "splits", "mean", "std", "n"], rows)
-    return Figure("splits", title, "written", ["figures/ablation_splits.png", "figures/ablation_splits.csv"])
+    _label(axes[0], "number of masks K (the paper's number of splits)", "score (×100)")
+    return _written("splits", plt, fig, out_dir, "ablation_splits", ["task", "num_masks", "mean", "std", "n"],
+                    rows)
 
 
 def loss_figure(collection: Collection, out_dir: Path) -> Figure:
-    title = "Pre-training: held-out MLM loss vs step, one line per arm"
     runs = [r for r in collection.pretrain if r.eval_curve]
     if not runs:
-        return Figure("pretrain_loss", title, "skipped", note="no pre-training run with eval_loss records in "
-                      "metrics.jsonl")
+        return _skipped("pretrain_loss")
     stages = sorted({str(r.summary.get("command") or "pretrain") for r in runs})
-    plt = _plt()
-    fig, axes = _axes(plt, len(stages))
+    plt, fig, axes = _canvas(len(stages))
     rows: list[list[object]] = []
     for ax, stage in zip(axes, stages, strict=True):
         for run in sorted((r for r in runs if str(r.summary.get("command") or "pretrain") == stage),
@@ -122,23 +141,15 @@ def loss_figure(collection: Collection, out_dir: Path) -> Figure:
             rows += [[str(run.dir), stage, run.summary.get("masking"), run.summary.get("domain"), s, v]
                      for s, v in run.eval_curve]
         ax.set_title(stage, fontsize=9)
-        ax.set_xlabel("step")
-        ax.set_ylabel("eval loss (fixed held-out masks)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_dir / "pretrain_loss.png", dpi=120)
-    plt.close(fig)
-    _write_csv(out_dir / "pretrain_loss.csv", ["run", "command", "masking", "domain", "step", "eval_loss"], rows)
-    return Figure("pretrain_loss", title, "written", ["figures/pretrain_loss.png", "figures/pretrain_loss.csv"])
+        _label(ax, "step", "eval loss (fixed held-out masks)", legend_size=7)
+    return _written("pretrain_loss", plt, fig, out_dir, "pretrain_loss",
+                    ["run", "command", "masking", "domain", "step", "eval_loss"], rows)
 
 
 def analysis_figures(collection: Collection, out_dir: Path) -> Figure:
     """Figures 2-3 are drawn by `femlm analyze`; copy its PNGs and summary CSVs, one folder per run."""
-    title = "Figures 2-3: gradient covariance vs Hamming distance; K-mask variance (femlm analyze)"
     if not collection.analysis:
-        return Figure("analysis", title, "skipped", note="no analysis.json (run `femlm analyze both`)")
+        return _skipped("analysis")
     files: list[str] = []
     used: set[str] = set()
     sources: dict[str, str] = {}
@@ -156,8 +167,8 @@ def analysis_figures(collection: Collection, out_dir: Path) -> Figure:
             shutil.copy2(source, target / source.name)
             files.append(f"figures/analysis/{name}/{source.name}")
     if not files:
-        return Figure("analysis", title, "skipped", note="analysis.json found but it lists no PNG/CSV files")
-    return Figure("analysis", title, "written", files, sources=sources)
+        return _skipped("analysis", "analysis.json found but it lists no PNG/CSV files")
+    return Figure("analysis", TITLES["analysis"], "written", files, sources=sources)
 
 
 def write_figures(collection: Collection, out_dir: Path) -> list[Figure]:

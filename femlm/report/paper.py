@@ -136,3 +136,17 @@ def normalise_task(name: str) -> str | None:
         if flat in aliases:
             return key
     return None
+
+
+def reported_for_task(task: str) -> dict[str, str]:
+    """The paper's printed cells for one task (row label -> text), for results.json's ``paper`` field; MNLI
+    gives its matched and mismatched columns."""
+    key = normalise_task(task)
+    keys = ["mnli_m", "mnli_mm"] if key == "mnli_m" else [key] if key else []
+    out: dict[str, str] = {}
+    for row in (*TABLE2_REPORTED, *TABLE1_REPORTED):
+        for key in keys:
+            if key in row.cells:
+                suffix = f" ({TASK_HEADERS[key]})" if len(keys) > 1 else ""
+                out[row.label + suffix] = row.cells[key]
+    return out

@@ -127,14 +127,28 @@ def readme(tables: list[Table], figures: list[Figure], collection: Collection, p
     return "\n".join(out) + "\n"
 
 
-def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
-    """Entry point of `femlm report` (cfg: ReportCommandConfig, or anything with a `.report` ReportConfig)."""
-    rc = cfg.report
-    out_dir = Path(rc.out_dir).expanduser()
-    collection = collect(list(rc.inputs), exclude=out_dir)
+def _collect(rc: Any) -> Collection:
+    """The result files under report.inputs (none found is an error)."""
+    collection = collect(list(rc.inputs), exclude=Path(rc.out_dir).expanduser())
     if len(collection) == 0:
         raise UserError(f"report.inputs={list(rc.inputs)}: found no results.json, efficiency.json, summary.json "
                         "or analysis.json under them; point it at run or sweep directories")
+    return collection
+
+
+def plan_report(cfg: Any, run: Any) -> dict[str, Any]:
+    """What a report would read."""
+    rc = cfg.report
+    collection = _collect(rc)
+    return {"results": len(collection), "skipped": list(collection.skipped), "out_dir": rc.out_dir,
+            "tables": list(rc.tables)}
+
+
+def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
+    """Entry point of `femlm report` (cfg: FemlmConfig, or anything with a `.report` ReportConfig)."""
+    rc = cfg.report
+    out_dir = Path(rc.out_dir).expanduser()
+    collection = _collect(rc)
     for line in collection.skipped:
         print(f"femlm report: skipped {line}", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)

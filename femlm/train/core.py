@@ -23,11 +23,15 @@ from torch import nn
 from femlm.errors import UserError
 from femlm.masking import make_generator, sequences_per_batch
 from femlm.masking.sampling import mix_seed
+from femlm.models.load import param_groups
+from femlm.runtime.config import RuntimeConfig
+from femlm.runtime.device import pick_precision
+from femlm.runtime.host_memory import keep_freed_memory
 from femlm.train.config import TrainerConfig
-from femlm.train.distributed import DistInfo, all_reduce_sum, pick_precision
+from femlm.train.distributed import DistInfo, all_reduce_sum
 from femlm.train.evaluation import EvalSet
-from femlm.train.host_memory import keep_freed_memory
-from femlm.train.model import MaskedLMObjective, param_groups
+from femlm.train.flops import flop_counts
+from femlm.train.objective import MaskedLMObjective
 
 _SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
 
@@ -87,15 +91,16 @@ def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) 
 class PretrainCore:
     """Model + optimizer + schedule + data order + masker: `step(s)` performs optimizer update s."""
 
-    def __init__(self, model: nn.Module, masker: Any, blocks: torch.Tensor, tcfg: TrainerConfig, seed: int,
-                 dist: DistInfo | None = None, max_steps: int | None = None) -> None:
+    def __init__(self, model: nn.Module, masker: Any, blocks: torch.Tensor, tcfg: TrainerConfig,
+                 runtime: RuntimeConfig, seed: int, dist: DistInfo | None = None,
+                 max_steps: int | None = None) -> None:
         from transformers import get_scheduler
 
         self.dist = dist or DistInfo()
         self.device = self.dist.device
-        if tcfg.keep_freed_memory:
+        if runtime.keep_freed_memory:
             keep_freed_memory()
-        self.tcfg, self.seed, self.masker = tcfg, seed, masker
+        self.tcfg, self.runtime, self.seed, self.masker = tcfg, runtime, seed, masker
         self.blocks = blocks
         self.max_steps = max_steps or tcfg.max_steps
         world, k = self.dist.world_size, masker.num_copies
@@ -109,17 +114,19 @@ class PretrainCore:
             raise UserError(f"trainer.batch_size={tcfg.batch_size} over {world} process(es): {err}") from None
         self.step_sequences = self.rank_sequences * world
         self.rank_model_rows = self.rank_sequences * k  # = rank_rows under equal compute
-        self.micro_rows = tcfg.micro_batch_size or self.rank_model_rows
+        self.micro_rows = runtime.micro_batch_size or self.rank_model_rows
         self.order = DataOrder(blocks.shape[0], seed)
+        self.block_size = int(blocks.shape[1])
+        self.flops = flop_counts(model)  # model FLOPs per step, for the run's compute accounting
 
-        self.objective = MaskedLMObjective(model, sparse=tcfg.sparse_prediction).to(self.device)
+        self.objective = MaskedLMObjective(model, sparse=runtime.sparse_prediction).to(self.device)
         self.module: nn.Module = self.objective
         if self.dist.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
-        if tcfg.compile:
+        if runtime.compile:
             self.module = torch.compile(self.module)
-        self.amp_dtype = pick_precision(tcfg.precision, self.device)
+        self.amp_dtype = pick_precision(runtime.precision, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.optimizer = make_optimizer(self.objective.model, tcfg, self.device)
         warmup = math.ceil(tcfg.warmup_ratio * self.max_steps)

@@ -8,15 +8,15 @@ so `share_run_dir` broadcasts rank 0's directory right after init and every rank
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-
-from femlm.errors import UserError
 
 
 @dataclass
@@ -36,42 +36,10 @@ class DistInfo:
         return self.world_size > 1
 
 
-def pick_device(preference: str, local_rank: int = 0, key: str = "trainer.device") -> torch.device:
-    """`auto`: the local rank's GPU when there is one, else the CPU. `key` names the setting in errors."""
-    if preference == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    if preference.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"{key}={preference!r} but no CUDA device is visible; use {key}=auto or cpu")
-    if preference == "cuda":
-        return torch.device(f"cuda:{local_rank}")
-    return torch.device(preference)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Native bf16 matrix units on this CPU (Intel AMX, Sapphire Rapids and later). There bf16 autocast
-    runs a BERT step about 1.4x faster than fp32 (benchmarks/bench_precision.py); on other
-    CPUs bf16 is emulated and slower, so `auto` keeps fp32."""
-    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    try:
-        return bool(check is not None and check())
-    except (RuntimeError, AttributeError):
-        return False
-
-
-def pick_precision(precision: str, device: torch.device, key: str = "trainer.precision") -> torch.dtype | None:
-    """Autocast dtype (None: fp32). `auto`: bf16 on GPUs that have it, else fp16 on GPUs; on a CPU bf16 where
-    it has native bf16 units (AMX), else fp32. Weights, optimizer state and the loss stay fp32 either way."""
-    if precision == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if device.type == "cpu" and cpu_has_fast_bf16() else None
-    if precision == "fp16" and device.type != "cuda":
-        raise UserError(f"{key}=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
 def init_distributed(device_preference: str = "auto") -> DistInfo:
     """Join the process group the launcher describes (if any) and choose this rank's device."""
+    from femlm.runtime.device import pick_device
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
@@ -126,3 +94,13 @@ def barrier(info: DistInfo) -> None:
 def share_run_dir(run_dir: Path, info: DistInfo) -> Path:
     """Rank 0's run directory on every rank (the CLI gives ranks > 0 a placeholder '.')."""
     return Path(broadcast_object(str(run_dir), info))
+
+
+@contextlib.contextmanager
+def process_group(device_preference: str = "auto") -> Iterator[DistInfo]:
+    """The launcher's process group (if any) for the duration of a run, destroyed at the end if we made it."""
+    info = init_distributed(device_preference)
+    try:
+        yield info
+    finally:
+        cleanup(info)

@@ -15,7 +15,7 @@ import torch
 from femlm.masking import MaskingConfig, build_masker, make_generator
 
 EVAL_MASKING = MaskingConfig(name="mlm_subword", strategy="random", granularity="subword", ratio=0.15,
-                             splits=1, count="exact", mask_replace_prob=0.8, random_replace_prob=0.1)
+                             num_masks=1, count="exact", mask_replace_prob=0.8, random_replace_prob=0.1)
 
 
 @dataclass

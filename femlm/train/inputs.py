@@ -1,64 +1,58 @@
-"""Everything a pre-training run needs before its first step: tokenizer, model, token blocks, masker,
-and the check that a resumed run is the same run.
-"""
+"""Everything a pre-training run needs before its first step: tokenizer, model, token blocks and masker."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from femlm.errors import UserError
 from femlm.masking import build_masker, word_start_table
-from femlm.train.distributed import DistInfo, barrier
-from femlm.train.model import (
-    build_scratch_model,
+from femlm.models.load import (
     check_compatible,
-    check_tokenizer,
-    load_checkpoint_model,
+    check_mask_token,
+    construct_model,
+    load_masked_lm,
     load_tokenizer,
+    masked_lm_config,
+    scratch_config,
+    tokenizer_for,
 )
-
-CONFIG_FILE = "pretrain_config.json"
-# Keys a resumed run may change: they do not alter the trajectory (or only its float summation order:
-# micro_batch_size), they say where things are (download, logger), or how often we look (log/eval/save).
-RESUME_FREE = ("trainer.resume", "trainer.max_steps", "trainer.log_every", "trainer.eval_every",
-               "trainer.save_every", "trainer.keep_last", "trainer.threads", "trainer.device", "trainer.compile",
-               "trainer.micro_batch_size", "trainer.eval_batch_size", "trainer.variance_probe", "data.num_proc",
-               "download", "logger", "dry_run")
+from femlm.train.distributed import DistInfo, barrier
 
 
 # ----------------------------------------------------------------------------------------------- model
-def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, torch.nn.Module, str | None]:
-    """(tokenizer, model, init_from). init=scratch builds random weights; init=checkpoint loads one."""
+def tokenizer_and_config(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, Any, str | None]:
+    """(tokenizer, model config, init_from) with every check of loading, and no weights read: the plan of a
+    dry run and the first half of `tokenizer_and_model`. continual-pretrain reads `model.name_or_path`;
+    pretrain-scratch builds a config (and trains a WordPiece vocabulary when `model.tokenizer` is null)."""
     mcfg = cfg.model
-    offline = bool(cfg.download.offline)
-    if cfg.init == "checkpoint":
-        if not mcfg.name_or_path:
-            raise UserError("model.name_or_path is not set: init=checkpoint needs a checkpoint directory or Hub id")
-        model = load_checkpoint_model(mcfg.name_or_path, mcfg.attn_implementation, offline)
-        source = mcfg.tokenizer or mcfg.name_or_path
-        try:
-            tokenizer = load_tokenizer(source, cfg.download)
-        except UserError as err:
-            key = "model.tokenizer" if mcfg.tokenizer else "model.name_or_path (its tokenizer)"
-            raise UserError(f"{key}={source}: {err}") from None
-        check_tokenizer(tokenizer, f"tokenizer {source}")
-        check_compatible(model, tokenizer, cfg.data.block_size, f"model.name_or_path={mcfg.name_or_path}")
-        return tokenizer, model, str(mcfg.name_or_path)
-    tokenizer = scratch_tokenizer(cfg, run_dir, dist)
-    check_tokenizer(tokenizer, "the tokenizer")
-    model = build_scratch_model(mcfg, tokenizer, cfg.download, mcfg.attn_implementation)
-    check_compatible(model, tokenizer, cfg.data.block_size, f"model={mcfg.name}")
-    return tokenizer, model, None
+    if cfg.command == "continual-pretrain":
+        config = masked_lm_config(mcfg, cfg.download)
+        tokenizer, source = tokenizer_for(mcfg, cfg.download)
+        check_mask_token(tokenizer, f"tokenizer {source}")
+        where, init_from = f"model.name_or_path={mcfg.name_or_path}", str(mcfg.name_or_path)
+    else:
+        tokenizer = scratch_tokenizer(cfg, run_dir, dist)
+        check_mask_token(tokenizer, "the tokenizer")
+        config = scratch_config(mcfg, tokenizer, cfg.download)
+        where, init_from = f"model={mcfg.name}", None
+    check_compatible(config, tokenizer, cfg.data.block_size, where)
+    return tokenizer, config, init_from
+
+
+def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, torch.nn.Module, str | None]:
+    """(tokenizer, model, init_from): the checkpoint's weights, or random ones seeded by the caller."""
+    tokenizer, config, init_from = tokenizer_and_config(cfg, run_dir, dist)
+    if init_from is not None:
+        model, _ = load_masked_lm(cfg.model, cfg.download)
+    else:
+        model = construct_model(config, cfg.model.attn_implementation)
+    return tokenizer, model, init_from
 
 
 def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:
@@ -122,61 +116,3 @@ def make_masker(cfg: Any, tokenizer: Any) -> Any:
     word_starts = word_start_table(tokenizer) if cfg.masking.granularity != "subword" else None
     return build_masker(cfg.masking, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
                         special_ids=tokenizer.all_special_ids, word_starts=word_starts)
-
-
-# ----------------------------------------------------------------------------------------------- resume
-def config_dict(cfg: Any) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: value}
-
-
-def _free(key: str) -> bool:
-    return any(key == k or key.startswith(k + ".") for k in RESUME_FREE)
-
-
-def first_difference(saved: dict[str, Any], current: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    """The first key (in config order) whose value differs, ignoring RESUME_FREE keys."""
-    old, new = _flatten(saved), _flatten(current)
-    for key in list(new) + [k for k in old if k not in new]:
-        if _free(key):
-            continue
-        if old.get(key, "<absent>") != new.get(key, "<absent>"):
-            return key, old.get(key, "<absent>"), new.get(key, "<absent>")
-    return None
-
-
-def check_resume(run_dir: Path, current: dict[str, Any], writer: bool = True) -> dict[str, Any] | None:
-    """Refuse to continue a run with a different config; returns the saved config (None: nothing saved)."""
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        return None
-    saved = json.loads(path.read_text())
-    diff = first_difference(saved, current)
-    if diff is not None:
-        key, old, new = diff
-        # The CLI already rewrote config.yaml with the refused config: put the run's own config back.
-        if writer:
-            import yaml
-
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
-        raise UserError(f"trainer.resume: {key}={new!r} differs from the run being resumed ({key}={old!r} in "
-                        f"{path}); resume with the original run's overrides (its config.yaml) or start a new run")
-    if saved.get("trainer", {}).get("max_steps") != current["trainer"]["max_steps"]:
-        warnings.warn("trainer.max_steps changed on resume: the learning-rate schedule is stretched to the new "
-                      "length from the current step on", stacklevel=2)
-    return saved
-
-
-def write_config(run_dir: Path, current: dict[str, Any]) -> None:
-    path = run_dir / CONFIG_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(current, indent=2) + "\n")
-    os.replace(tmp, path)

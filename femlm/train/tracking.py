@@ -61,6 +61,34 @@ class Wandb:
         self.run = None
 
 
+class Recorder:
+    """One place a pre-training run's records go: metrics.jsonl (rank 0), wandb and the progress bar.
+
+    A context manager: on exit the bar closes and wandb finishes with the run's exit status."""
+
+    def __init__(self, run: Any, logger: Any, run_dir: Path, name: str, config: dict[str, Any], total: int,
+                 initial: int, enabled: bool) -> None:
+        self.run = run
+        self.wandb = Wandb(logger.wandb.mode, logger.wandb.project, logger.wandb.entity, run_dir, name, config,
+                           enabled=enabled)
+        self.bar = progress_bar(total, initial, logger.progress and enabled)
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.bar.close()
+        self.wandb.finish(exit_code=0 if exc_type is None else 1)
+
+    def log(self, **record: Any) -> None:
+        self.run.log(**record)
+        self.wandb.log(record)
+
+    def show(self, **fields: Any) -> None:
+        self.bar.set_postfix({k: f"{v:.3f}" if isinstance(v, float) else v for k, v in fields.items()},
+                             refresh=False)
+
+
 def progress_bar(total: int, initial: int, enabled: bool) -> Any:
     """tqdm over optimizer steps (its ETA is the run's); silent when not a TTY or not wanted."""
     from tqdm.auto import tqdm

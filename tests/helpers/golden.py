@@ -29,11 +29,11 @@ WORDS = 123
 # key names can follow the configuration without touching what is compared.
 MODEL = ["preset=tiny", "model.arch.hidden_size=16", "model.arch.num_hidden_layers=1",
          "model.arch.num_attention_heads=2", "model.arch.intermediate_size=32", "data.block_size=32",
-         "data.eval_blocks=4", "trainer.batch_size=8", "trainer.log_every=1", "logger.wandb.mode=disabled"]
+         "data.eval_blocks=4", "trainer.batch_size=8", "runtime.log_every=1", "logger.wandb.mode=disabled"]
 RUNTIME = {"pretrain": ["runtime.threads=1", "runtime.precision=fp32"],
            "finetune": ["runtime.threads=1", "runtime.precision=fp32"]}
-SCRATCH = ["masking=fe_subword", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.save_every=3"]
-CONTINUAL = ["masking=mlm_subword", "trainer.max_steps=3", "trainer.eval_every=3", "trainer.save_every=3"]
+SCRATCH = ["masking=fe_subword", "trainer.max_steps=6", "runtime.eval_every=3", "runtime.save_every=3"]
+CONTINUAL = ["masking=mlm_subword", "trainer.max_steps=3", "runtime.eval_every=3", "runtime.save_every=3"]
 FINETUNE = ["preset=tiny", "task.name=toy", "task.labels=[pos,neg]", "task.eval_split=test", "finetune.seeds=[1]",
             "finetune.epochs=1", "finetune.batch_size=8", "finetune.max_length=32", "logger.wandb.mode=disabled"]
 PRETRAIN_KEYS = ("step", "loss", "grad_norm", "masked_tokens", "eval_loss", "eval_accuracy")

@@ -1,5 +1,5 @@
 """Tiny, self-contained inputs for tests and benchmarks: a WordPiece tokenizer with a synthetic vocabulary,
-synthetic token blocks with learnable structure, and a `PretrainConfig` for a few-step CPU run.
+synthetic token blocks with learnable structure, and a pre-training config for a few-step CPU run.
 
 Nothing here reads the data mirror, so the training core can be tested on any machine in seconds.
 """
@@ -47,13 +47,18 @@ TINY_ARCH = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "n
              "intermediate_size": 64, "max_position_embeddings": 64}
 
 
-def tiny_config(tokenizer_dir: Path, **trainer: Any) -> Any:
-    """A PretrainConfig for a seconds-long CPU run on synthetic blocks (wandb and the progress bar off)."""
-    from femlm.config import PretrainConfig
+# Keys of `tiny_config(**settings)` that live in the runtime section (speed and cadence, not the recipe).
+RUNTIME_KEYS = {"threads", "eval_every", "save_every", "keep_last", "log_every", "micro_batch_size",
+                "eval_batch_size", "precision", "device", "compile", "sparse_prediction", "keep_freed_memory"}
 
-    cfg = PretrainConfig()
+
+def tiny_config(tokenizer_dir: Path, **settings: Any) -> Any:
+    """A pretrain-scratch FemlmConfig for a seconds-long CPU run on synthetic blocks (wandb and the progress bar
+    off); `settings` are trainer or runtime keys."""
+    from femlm.config import FemlmConfig
+
+    cfg = FemlmConfig()
     cfg.command = "pretrain-scratch"
-    cfg.init = "scratch"
     cfg.model.name = "tiny"
     cfg.model.tokenizer = str(tokenizer_dir)
     cfg.model.arch = dict(TINY_ARCH)
@@ -61,11 +66,17 @@ def tiny_config(tokenizer_dir: Path, **trainer: Any) -> Any:
     cfg.data.eval_blocks = 16
     cfg.logger.wandb.mode = "disabled"
     cfg.logger.progress = False
-    t = cfg.trainer
+    t, rt = cfg.trainer, cfg.runtime
     t.batch_size, t.max_steps, t.lr, t.warmup_ratio = 8, 12, 3e-3, 0.1
-    t.eval_every, t.save_every, t.keep_last, t.log_every, t.threads = 4, 4, 2, 1, 1
-    for key, value in trainer.items():
-        setattr(t, key, value)
+    rt.eval_every, rt.save_every, rt.keep_last, rt.log_every, rt.threads = 4, 4, 2, 1, 1
+    for key, value in settings.items():
+        if key == "resume":
+            cfg.resume = value
+            continue
+        target = rt if key in RUNTIME_KEYS else t
+        if not hasattr(target, key):
+            raise AttributeError(f"tiny_config: no trainer or runtime key {key!r}")
+        setattr(target, key, value)
     return cfg
 
 

@@ -1,0 +1,57 @@
+"""The one registry of femlm's commands: the sections each reads, the function that runs it and the one that
+plans it (the checks a `--dry-run` performs, which the real run performs first too).
+
+Adding a command is one entry here and one ``femlm/conf/<name>.yaml`` (its defaults list); the CLI builds its
+subcommand, its --help and its validation from this table.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PRETRAIN = ("model", "domain", "data", "masking", "trainer", "runtime", "download", "logger")
+FINETUNE = ("model", "task", "finetune", "runtime", "download", "logger")
+
+
+@dataclass(frozen=True)
+class Command:
+    summary: str
+    sections: tuple[str, ...]  # the FemlmConfig sections the command reads (besides seed, dry_run, ...)
+    run: str  # "module:function", called as function(cfg, run) -> result
+    plan: str  # "module:function", called as function(cfg) -> dict: every check of a real run, no work
+    positional: str | None = None  # the key that bare (non key=value) arguments fill
+    resumable: bool = False
+
+    def load(self, which: str) -> Callable[..., Any]:
+        module, function = getattr(self, which).split(":")
+        return getattr(importlib.import_module(module), function)
+
+
+COMMANDS: dict[str, Command] = {
+    "download": Command("Fetch datasets, tokenizers and model configs (or verify them in a local mirror).",
+                        ("download", "logger"), "femlm.data.fetch:run_download", "femlm.data.fetch:plan_download",
+                        positional="download.datasets"),
+    "pretrain-scratch": Command("Pre-train a masked LM from random weights (BERT-base on general text).",
+                                PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain", resumable=True),
+    "continual-pretrain": Command("Continue pre-training a checkpoint on a domain corpus (CS, News).",
+                                  PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain",
+                                  resumable=True),
+    "finetune": Command("Fine-tune a checkpoint on a downstream task (DAPT tasks, GLUE) with several seeds.",
+                        FINETUNE, "femlm.eval.finetune:run_finetune", "femlm.eval.finetune:plan_finetune"),
+    "evaluate": Command("Score fine-tuned checkpoints, or sweep a pre-training run's checkpoints.",
+                        (*FINETUNE, "evaluate"), "femlm.eval.evaluate:run_evaluate", "femlm.eval.evaluate:plan_evaluate"),
+    "analyze": Command("Gradient covariance vs Hamming distance, and K-mask variance (FE vs i.i.d.).",
+                       ("model", "domain", "data", "masking", "analysis", "runtime", "download", "logger"),
+                       "femlm.analysis.run:run_analyze", "femlm.analysis.run:plan_analyze", positional="analysis.kind"),
+    "report": Command("Collect run results into the paper's tables and figures (Markdown, LaTeX, CSV, PNG).",
+                      ("report", "logger"), "femlm.report.report:run_report", "femlm.report.report:plan_report",
+                      positional="report.inputs"),
+}
+
+
+def config_name(command: str) -> str:
+    """The primary config of a command: femlm/conf/<name>.yaml (continual-pretrain -> continual_pretrain)."""
+    return command.replace("-", "_")

@@ -1,0 +1,44 @@
+"""Typed schema of the `runtime` section (conf/runtime/*.yaml hold only what an option changes)."""
+
+# ruff: noqa: UP045 - Optional[...]: OmegaConf structured configs read these annotations at run time
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from femlm.errors import UserError, require_choice, require_device, require_positive
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "auto"  # auto: this process's GPU when there is one, else the CPU
+    threads: Optional[int] = None  # torch intra-op threads (None: torch's default)
+    # auto: bf16 autocast on GPUs that have it (else fp16); on a CPU whichever of bf16 and fp32 a short
+    # measurement finds faster (femlm.runtime.precision). Weights, optimizer state and losses stay fp32.
+    precision: str = "auto"
+    compile: bool = False  # torch.compile the training module
+    # Rows per forward pass. Pre-training: gradient accumulation makes up trainer.batch_size (None: the whole
+    # per-process batch at once). Analysis: rows per per-example-gradient pass (None: 16).
+    micro_batch_size: Optional[int] = None
+    # Rows per evaluation forward pass (None: pre-training uses the micro-batch, fine-tuning 64).
+    eval_batch_size: Optional[int] = None
+    # glibc: keep freed host memory in malloc's heap instead of page-faulting it back every step (1.1-1.5x on
+    # a BERT-base CPU step; femlm/runtime/host_memory.py).
+    keep_freed_memory: bool = True
+    # Project to the vocabulary (and run the last BERT layer) only at masked positions: same loss and
+    # gradients as the dense computation, a fraction of its cost (femlm/train/sparse_layer.py).
+    sparse_prediction: bool = True
+    log_every: int = 10  # optimizer steps between training-loss records
+    eval_every: int = 1000  # steps between held-out evaluations (also at step 0 and at the end)
+    save_every: int = 5000  # steps between milestone checkpoints and resumable states
+    keep_last: int = 3  # resumable states kept on disk (milestone models are all kept)
+
+    def validate(self) -> None:
+        require_device("runtime", self.device)
+        require_choice("runtime", "precision", self.precision, PRECISIONS)
+        require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", allow_none=True)
+        require_positive("runtime", self, "log_every", "eval_every", "save_every", "keep_last")
+        if self.precision == "fp16" and self.device == "cpu":
+            raise UserError("runtime.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")

@@ -1,0 +1,48 @@
+"""Device and autocast dtype for every command (pre-training, fine-tuning, analysis), and per-process setup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from femlm.errors import UserError
+
+
+def pick_device(preference: str, local_rank: int = 0) -> torch.device:
+    """`auto`: the local rank's GPU when there is one, else the CPU."""
+    if preference == "auto":
+        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if preference.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"runtime.device={preference!r} but no CUDA device is visible; use runtime.device=auto or cpu")
+    if preference == "cuda":
+        return torch.device(f"cuda:{local_rank}")
+    return torch.device(preference)
+
+
+def pick_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """Autocast dtype (None: fp32). `auto`: bf16 on GPUs that have it, else fp16; on a CPU the faster of bf16
+    and fp32 as measured on this machine (femlm.runtime.precision)."""
+    if precision == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        from femlm.runtime.precision import faster_cpu_dtype
+
+        return faster_cpu_dtype()
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError("runtime.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def configure_process(runtime: Any) -> None:
+    """Threads and host-memory reuse: process-wide settings, applied once before any work."""
+    if runtime.threads:
+        torch.set_num_threads(runtime.threads)
+    if runtime.keep_freed_memory:
+        from femlm.runtime.host_memory import keep_freed_memory
+
+        keep_freed_memory()

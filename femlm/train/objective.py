@@ -1,0 +1,66 @@
+"""The sparse masked-LM objective: the loss at the labelled positions only.
+
+HF's `*ForMaskedLM.forward` projects every position to the vocabulary and then ignores 85% of them in the
+loss. `MaskedLMObjective` runs the encoder (`model.base_model`), gathers the hidden states of the labelled
+positions and applies the model's own MLM head to those rows only. Same loss, same gradients, a fraction of
+the head's FLOPs and memory (the [B*L, V] logits never exist). BERT-style encoders also run their last
+layer at those rows only (sparse_layer.py). The model stays an ordinary HF model, so `save_pretrained`
+checkpoints load with plain transformers.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from femlm.models.load import find_mlm_head
+from femlm.train.sparse_layer import sparse_last_layer, sparse_layer_forward, without_last_layer
+
+IGNORE_INDEX = -100
+
+
+class MaskedLMObjective(nn.Module):
+    """Wraps an HF masked LM; `forward` returns the *sum* of cross-entropy over labelled positions (float32),
+    the number of labelled positions and, for evaluation, how many were predicted right.
+
+    Sums (not means) let the loop weight micro-batches and ranks by their token counts, so accumulation and
+    DDP give exactly the token mean over the whole global batch. DDP wraps this module, not the HF model.
+    """
+
+    def __init__(self, model: nn.Module, sparse: bool = True) -> None:
+        super().__init__()
+        self.model = model
+        self.head = find_mlm_head(model) if sparse else None
+        if sparse and self.head is None:
+            warnings.warn(f"{type(model).__name__}: MLM head not recognised; sparse prediction is off "
+                          "(full vocabulary projection at every position)", stacklevel=2)
+        self.sparse = self.head is not None
+        # BERT-style encoders also run their last layer at the labelled rows only (femlm/train/sparse_layer.py).
+        self.last_layer = sparse_last_layer(model) if self.sparse else None
+
+    def logits_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                         labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vocabulary logits [T, V] at the T labelled positions, and their targets [T]."""
+        keep = labels.reshape(-1) != IGNORE_INDEX
+        targets = labels.reshape(-1)[keep]
+        if self.sparse and self.last_layer is not None:
+            with without_last_layer(self.model):
+                hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+            rows = sparse_layer_forward(self.last_layer, hidden, attention_mask, labels != IGNORE_INDEX)
+            return self.head(rows), targets
+        if self.sparse:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+            rows = hidden.reshape(-1, hidden.shape[-1])[keep]
+            return self.head(rows), targets
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return logits.reshape(-1, logits.shape[-1])[keep], targets
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor,
+                with_accuracy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        logits, targets = self.logits_at_labels(input_ids, attention_mask, labels)
+        loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+        correct = (logits.argmax(-1) == targets).sum() if with_accuracy else None
+        return loss_sum, targets.new_tensor(targets.numel()), correct

@@ -1,0 +1,37 @@
+"""The package's configs as the CLI composes them, for tests that need a task, a domain or a whole config."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from femlm.compose import CONF_DIR, compose
+from femlm.config import validate
+
+
+@functools.cache
+def _typed(command: str, overrides: tuple[str, ...]) -> Any:
+    return validate(compose(command, list(overrides)), command)
+
+
+def composed(command: str, *overrides: str) -> Any:
+    """The validated FemlmConfig of `femlm <command> <overrides>` (a fresh copy: tests may change it)."""
+    return copy.deepcopy(_typed(command, tuple(overrides)))
+
+
+def options(group: str) -> list[str]:
+    """Every option of a config group (shared blocks, files starting with _, excluded)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
+
+
+def task(name: str) -> Any:
+    return composed("finetune", f"task={name}").task
+
+
+def domain(name: str) -> Any:
+    return composed("continual-pretrain", f"domain={name}").domain
+
+
+TASK_NAMES = options("task")
+DOMAIN_NAMES = options("domain")

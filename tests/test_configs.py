@@ -1,0 +1,64 @@
+"""The configs: every option of every group composes for every command, a new arm is one file, typos fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from femlm.commands import COMMANDS
+from femlm.compose import compose, config_groups
+from femlm.config import command_config, validate
+from femlm.errors import UserError
+
+# Options whose validation needs what a real run supplies (a checkpoint, inputs) are composed with it.
+NEEDS = {"evaluate": ["evaluate.checkpoints=/tmp"], "report": []}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_option_of_every_group_composes_for_every_command(command: str) -> None:
+    groups = config_groups(command)
+    composed = 0
+    for group, options in groups.items():
+        assert options, f"{command}: group {group} has no options"
+        for option in options:
+            typed = validate(compose(command, [f"{group}={option}", *NEEDS.get(command, [])]), command)
+            assert typed.command == command
+            if group in typed.__dataclass_fields__ and hasattr(getattr(typed, group), "name"):
+                assert getattr(typed, group).name == option, (command, group, option)
+            composed += 1
+    plain = validate(compose(command, NEEDS.get(command, [])), command)
+    assert set(command_config(plain, command)) >= set(COMMANDS[command].sections)
+    assert composed == sum(len(o) for o in groups.values())
+
+
+def test_groups_are_what_each_command_reads() -> None:
+    assert set(config_groups("continual-pretrain")) == {"model", "domain", "masking", "runtime", "preset", "experiment"}
+    assert set(config_groups("finetune")) == {"model", "task", "runtime", "preset", "experiment"}
+    assert "_glue" not in config_groups("finetune")["task"]  # shared blocks are not options
+
+
+def test_a_new_masking_arm_is_one_short_file(tmp_path: Path) -> None:
+    (tmp_path / "masking").mkdir()
+    (tmp_path / "masking" / "fe_subword_k8.yaml").write_text(
+        "name: fe_subword_k8\nstrategy: fully_explored\nnum_masks: 8\nratio: 0.125\n")
+    cfg = validate(compose("continual-pretrain", [f"hydra.searchpath=[file://{tmp_path}]",
+                                                  "masking=fe_subword_k8"]), "continual-pretrain")
+    assert (cfg.masking.name, cfg.masking.num_masks, cfg.masking.ratio) == ("fe_subword_k8", 8, 0.125)
+    assert cfg.masking.mask_replace_prob == 0.8  # everything else from the schema
+
+
+def test_a_typo_in_a_group_file_names_the_key(tmp_path: Path) -> None:
+    (tmp_path / "masking").mkdir()
+    (tmp_path / "masking" / "typo.yaml").write_text("name: typo\nnum_mask: 8\n")
+    with pytest.raises(UserError, match=r"masking.num_mask: no such key; did you mean masking.num_masks"):
+        compose("continual-pretrain", [f"hydra.searchpath=[file://{tmp_path}]", "masking=typo"])
+
+
+def test_tasks_take_labels_and_text_fields_from_the_registry() -> None:
+    task = validate(compose("finetune", ["task=mrpc"]), "finetune").task
+    assert task.text_fields == ["#1 String", "#2 String"] and task.labels == ["0", "1"]
+    assert (task.epochs, task.max_length, task.patience) == (3, 128, None)  # the GLUE recipe block
+    aclarc = validate(compose("finetune", ["task=aclarc"]), "finetune").task
+    assert (aclarc.epochs, aclarc.max_length, aclarc.patience) == (10, 512, 3)  # DAPT's, the schema default
+    assert validate(compose("finetune", ["task=stsb"]), "finetune").task.labels is None  # regression

@@ -20,6 +20,7 @@ from .sampling import (
     select_word_level,
     truncated_geometric_pmf,
 )
+from .spans import select_spans
 from .words import word_ids_from_starts
 
 IGNORE_INDEX = -100  # PyTorch/HF cross-entropy ignore value: unmasked positions carry no loss
@@ -146,9 +147,8 @@ class Masker:
             return select_subword_exact(valid, tau, k, cfg.strategy, generator)
         if word_ids is None:
             word_ids = word_ids_from_starts(input_ids, self.word_starts, ~valid)
-        return select_word_level(
-            word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator
-        )
+        select = select_spans if cfg.granularity == "span" else select_word_level
+        return select(word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator)
 
     def __call__(
         self,

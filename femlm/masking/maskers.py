@@ -20,7 +20,7 @@ from .sampling import (
     select_word_level,
     truncated_geometric_pmf,
 )
-from .spans import select_spans
+from .spans import select_spans, span_law
 from .words import word_ids_from_starts
 
 IGNORE_INDEX = -100  # PyTorch/HF cross-entropy ignore value: unmasked positions carry no loss
@@ -86,6 +86,7 @@ class Masker:
             self.span_lengths, self.span_pmf = truncated_geometric_pmf(cfg.span_p, cfg.span_min, cfg.span_max)
         else:  # whole words are spans of exactly one word; unused for sub-word granularity
             self.span_lengths, self.span_pmf = np.array([1]), np.array([1.0])
+        self.span_law = span_law(self.span_lengths, self.span_pmf)
 
     @property
     def num_copies(self) -> int:
@@ -147,8 +148,11 @@ class Masker:
             return select_subword_exact(valid, tau, k, cfg.strategy, generator)
         if word_ids is None:
             word_ids = word_ids_from_starts(input_ids, self.word_starts, ~valid)
-        select = select_spans if cfg.granularity == "span" else select_word_level
-        return select(word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator)
+        if cfg.granularity == "span":
+            return select_spans(word_ids, valid, tau, k, cfg.strategy, self.span_law, generator)
+        return select_word_level(
+            word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator
+        )
 
     def __call__(
         self,

@@ -59,6 +59,48 @@ def apply_replacement(
     return inputs, labels
 
 
+def span_starts(selected: torch.Tensor) -> torch.Tensor:
+    """LongTensor like ``selected``: position of the first token of the selected run each position is in.
+
+    A run is a maximal stretch of consecutive selected positions of one row; touching spans form one run,
+    as SpanBERT's ``merge_intervals`` joins touching intervals before its per-span draw. Specials are never
+    selected, so runs never cross a [SEP]. Values at unselected positions are meaningless.
+    """
+    before = torch.zeros_like(selected)
+    before[:, 1:] = selected[:, :-1]
+    positions = torch.arange(selected.shape[-1], device=selected.device).expand_as(selected)
+    return torch.where(selected & ~before, positions, 0).cummax(dim=-1).values
+
+
+def apply_span_replacement(
+    input_ids: torch.Tensor,
+    selected: torch.Tensor,
+    mask_token_id: int,
+    vocab_size: int,
+    mask_replace_prob: float,
+    random_replace_prob: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SpanBERT's ``--replacement-method span``: ONE 80/10/10 draw per run of selected tokens.
+
+    Each run (see :func:`span_starts`) is wholly replaced by [MASK] (prob ``mask_replace_prob``), wholly by
+    random ids -- one per token, uniform over ``[0, vocab_size)`` like the per-token path (SpanBERT draws
+    from its token list) -- (prob ``random_replace_prob``), or wholly kept. Labels are those of
+    :func:`apply_replacement`: the original id at every selected position, -100 elsewhere.
+    """
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    shape, dev = input_ids.shape, generator.device
+    draw = torch.rand(shape, generator=generator, dtype=torch.float64, device=dev).to(input_ids.device)
+    words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
+    draw = draw.gather(-1, span_starts(selected))  # the draw at the run's first token decides the run
+    to_mask = selected & (draw < mask_replace_prob)
+    to_random = selected & ~to_mask & (draw < mask_replace_prob + random_replace_prob)
+    inputs = input_ids.clone()
+    inputs[to_mask] = mask_token_id
+    inputs[to_random] = words.to(input_ids.device)[to_random]
+    return inputs, labels
+
+
 class Masker:
     """Callable implementing one :class:`MaskingConfig`; build it with :func:`build_masker`.
 
@@ -173,7 +215,8 @@ class Masker:
         sel = self.select(input_ids, attention_mask, gen, special_mask, word_ids)
         bsz, k, length = sel.shape
         ids = input_ids.repeat_interleave(k, dim=0)
-        inputs, labels = apply_replacement(
+        replace = apply_span_replacement if self.cfg.replacement == "span" else apply_replacement
+        inputs, labels = replace(
             ids,
             sel.reshape(bsz * k, length),
             self.mask_token_id,

@@ -39,6 +39,8 @@ Properties (tested in ``tests/test_masking_spans.py``):
   -- the documented truncation of the law: mean 3.55 words on 512-token CS blocks vs 3.80 for the pmf
   (SpanBERT's own sampler truncates its last span at the budget; the old sampler gave 3.44 for MLM-span).
 * Exchangeable: the K labels are a uniform permutation of the windows.
+* Pieces shorter than ``span_min`` (when ``span_min > 1``) appear only where a segment is cut: at a run's
+  start or end, or at a window edge.
 
 Adjacent segments dealt to the same copy touch, as touching spans do in SpanBERT (which merges them before
 its per-span replacement draw); "spans" below are the placed pieces (segment ∩ window).
@@ -64,7 +66,7 @@ class SpanLaw(NamedTuple):
 
 
 class SpanDraw(NamedTuple):
-    """One row's draw: ``word_copy[w]`` is the copy of word ``w`` (-1: unmasked), ``word_segment[w]`` its segment."""
+    """A draw over words (one row, or a batch's rows concatenated): copy of each word (-1: unmasked), segment id."""
 
     word_copy: np.ndarray
     word_segment: np.ndarray
@@ -99,7 +101,7 @@ def segment_words(new_run: np.ndarray, rng: np.random.Generator, law: SpanLaw) -
     Each run gets a forward-recurrence delay and, slot for slot, one i.i.d. length per word of the run (the
     segments of a run of ``R`` words never need more than ``R`` draws); a segment starts at the run's first
     word, after the delay, and after every further length, as long as that falls inside the run. The run's
-    last segment is cut at its end. Two ``rng.random``-sized draws in all.
+    last segment is cut at its end. One ``rng.random`` call in all.
     """
     n_words = new_run.size
     run_first = np.flatnonzero(new_run)

@@ -7,7 +7,9 @@ Pure tensor code independent of any trainer. Strategies x granularities:
 * ``fully_explored``: a uniform random partition of the maskable positions into K disjoint masks of tau
   tokens each (M_FE(tau)); each single mask is marginally uniform over M(tau) (Lemma 2, unbiased).
 * ``iid``: K independent masks (may overlap) -- isolates non-overlap from having K copies.
-* granularity ``subword`` | ``whole_word`` | ``span`` (SpanBERT truncated-geometric span lengths).
+* granularity ``subword`` | ``whole_word`` | ``span`` (SpanBERT truncated-geometric span lengths, the same law
+  for every strategy and K: segment-then-deal, see ``spans.py``); ``replacement: token | span`` (80/10/10
+  per token, or per span as SpanBERT).
 
 Typical use::
 
@@ -26,8 +28,9 @@ from typing import Any
 _EXPORTS = {
     "collator": ("MaskingCollator", "sequences_per_batch"),
     "config": ("MaskingConfig", "MaskingConfigError", "MaskingError"),
-    "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker"),
+    "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker", "span_starts"),
     "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
+    "spans": ("placed_spans", "sample_segment_spans"),
     "words": ("word_ids_from_starts", "word_start_table"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

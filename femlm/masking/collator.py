@@ -14,8 +14,9 @@ tokens: copy ``k`` contributes ``T = sum_b tau_b`` labelled tokens, the same ``T
 
 and by linearity the same holds for gradients. (Across sequences the token mean weights sequence ``b`` by
 ``tau_b``, exactly like the standard MLM loss, so baseline and FE share one definition of the loss.) For
-whole-word/span granularity a copy can end one word short of ``tau`` (see ``sample_word_spans``), so the
-identity is then approximate.
+whole-word granularity a copy can end short of ``tau`` by less than one word (see ``sample_word_spans``), for
+span granularity over or short by less than one word (see ``femlm.masking.spans``), so the identity is then
+approximate.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 STRATEGIES = ("random", "fully_explored", "iid")
 GRANULARITIES = ("subword", "whole_word", "span")
 COUNTS = ("exact", "bernoulli")
+REPLACEMENTS = ("token", "span")
 
 # Tolerance for ``num_masks * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
 _EPS = 1e-9
@@ -52,6 +53,8 @@ class MaskingConfig:
       span_p, span_min, span_max: truncated geometric law of span lengths in words (SpanBERT: 0.2, 1, 10).
       equal_compute: if true a batch of ``rows`` rows holds ``rows / K`` sequences times K copies
         (same forward/backward cost as the baseline); if false every sequence of the batch gets K rows.
+      replacement: ``token`` (an 80/10/10 draw per masked token, BERT) or ``span`` (one draw per run of
+        masked tokens, SpanBERT's ``--replacement-method span``); ``span`` needs whole_word/span granularity.
     """
 
     name: str = "mlm_subword"
@@ -66,6 +69,7 @@ class MaskingConfig:
     span_min: int = 1
     span_max: int = 10
     equal_compute: bool = True
+    replacement: str = "token"
 
     @property
     def num_copies(self) -> int:
@@ -133,6 +137,13 @@ class MaskingConfig:
             )
         if not isinstance(self.equal_compute, bool):
             raise bad("equal_compute", self.equal_compute, "true | false")
+        if self.replacement not in REPLACEMENTS:
+            raise bad("replacement", self.replacement, " | ".join(REPLACEMENTS))
+        if self.replacement == "span" and self.granularity == "subword":
+            raise MaskingConfigError(
+                "masking.replacement='span' is invalid with masking.granularity='subword'; "
+                "allowed: replacement=token (per-span replacement needs granularity whole_word | span)"
+            )
         return self
 
     # ------------------------------------------------------------------ construction helpers

@@ -20,6 +20,7 @@ from .sampling import (
     select_word_level,
     truncated_geometric_pmf,
 )
+from .spans import select_spans, span_law
 from .words import word_ids_from_starts
 
 IGNORE_INDEX = -100  # PyTorch/HF cross-entropy ignore value: unmasked positions carry no loss
@@ -33,18 +34,34 @@ def apply_replacement(
     mask_replace_prob: float,
     random_replace_prob: float,
     generator: torch.Generator,
+    per_span: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's 80/10/10 on the selected positions; returns ``(inputs, labels)`` for ``[N, L]`` tensors.
 
-    Same draws, in the same order, as HF ``torch_mask_tokens``: ``bernoulli(mask_replace_prob)`` picks the
-    [MASK] positions, ``bernoulli(random_replace_prob / (1 - mask_replace_prob))`` picks random-token positions
-    among the rest, and random ids are uniform over ``[0, vocab_size)`` (like HF's ``len(tokenizer)``).
-    Labels hold the original id at every selected position (also the 10% kept ones) and -100 elsewhere.
+    Per token (default): the same draws, in the same order, as HF ``torch_mask_tokens``:
+    ``bernoulli(mask_replace_prob)`` picks the [MASK] positions, ``bernoulli(random_replace_prob / (1 -
+    mask_replace_prob))`` picks random-token positions among the rest, and random ids are uniform over
+    ``[0, vocab_size)`` (like HF's ``len(tokenizer)``).
+
+    ``per_span``: SpanBERT's ``--replacement-method span``, ONE draw per run of selected tokens (see
+    :func:`span_starts`): the run is wholly [MASK] (prob ``mask_replace_prob``), wholly random ids -- one per
+    token, uniform like the per-token path (SpanBERT draws from its token list) -- (prob
+    ``random_replace_prob``), or wholly kept.
+
+    Labels hold the original id at every selected position (also the kept ones) and -100 elsewhere.
     """
     labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
     inputs = input_ids.clone()
-    shape = input_ids.shape
-    dev = generator.device
+    shape, dev = input_ids.shape, generator.device
+    if per_span:
+        draw = torch.rand(shape, generator=generator, dtype=torch.float64, device=dev).to(input_ids.device)
+        words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
+        draw = draw.gather(-1, span_starts(selected))  # the draw at the run's first token decides the run
+        to_mask = selected & (draw < mask_replace_prob)
+        to_random = selected & ~to_mask & (draw < mask_replace_prob + random_replace_prob)
+        inputs[to_mask] = mask_token_id
+        inputs[to_random] = words.to(input_ids.device)[to_random]
+        return inputs, labels
     replaced = torch.bernoulli(torch.full(shape, float(mask_replace_prob), device=dev), generator=generator)
     replaced = replaced.bool().to(input_ids.device) & selected
     inputs[replaced] = mask_token_id
@@ -56,6 +73,19 @@ def apply_replacement(
     words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
     inputs[rand_pos] = words.to(input_ids.device)[rand_pos]
     return inputs, labels
+
+
+def span_starts(selected: torch.Tensor) -> torch.Tensor:
+    """LongTensor like ``selected``: position of the first token of the selected run each position is in.
+
+    A run is a maximal stretch of consecutive selected positions of one row; touching spans form one run,
+    as SpanBERT's ``merge_intervals`` joins touching intervals before its per-span draw. Specials are never
+    selected, so runs never cross a [SEP]. Values at unselected positions are meaningless.
+    """
+    before = torch.zeros_like(selected)
+    before[:, 1:] = selected[:, :-1]
+    positions = torch.arange(selected.shape[-1], device=selected.device).expand_as(selected)
+    return torch.where(selected & ~before, positions, 0).cummax(dim=-1).values
 
 
 class Masker:
@@ -85,6 +115,7 @@ class Masker:
             self.span_lengths, self.span_pmf = truncated_geometric_pmf(cfg.span_p, cfg.span_min, cfg.span_max)
         else:  # whole words are spans of exactly one word; unused for sub-word granularity
             self.span_lengths, self.span_pmf = np.array([1]), np.array([1.0])
+        self.span_law = span_law(self.span_lengths, self.span_pmf)
 
     @property
     def num_copies(self) -> int:
@@ -146,6 +177,8 @@ class Masker:
             return select_subword_exact(valid, tau, k, cfg.strategy, generator)
         if word_ids is None:
             word_ids = word_ids_from_starts(input_ids, self.word_starts, ~valid)
+        if cfg.granularity == "span":
+            return select_spans(word_ids, valid, tau, k, cfg.strategy, self.span_law, generator)
         return select_word_level(
             word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator
         )
@@ -177,6 +210,7 @@ class Masker:
             self.cfg.mask_replace_prob,
             self.cfg.random_replace_prob,
             gen,
+            per_span=self.cfg.replacement == "span",
         )
         device = input_ids.device
         return {
@@ -191,13 +225,6 @@ class Masker:
         return f"Masker({self.cfg.name}: {self.cfg.strategy}/{self.cfg.granularity}, K={self.num_copies})"
 
 
-def build_masker(
-    cfg: MaskingConfig,
-    mask_token_id: int,
-    vocab_size: int,
-    special_ids: Iterable[int] = (),
-    word_starts: torch.Tensor | None = None,
-) -> Masker:
-    """Validate ``cfg`` and return the masker. ``word_starts`` (from :func:`word_start_table`) is needed for
-    real whole-word/span masking; without it every token counts as a word."""
-    return Masker(cfg, mask_token_id, vocab_size, special_ids, word_starts)
+# The masker for a config: Masker(cfg, mask_token_id, vocab_size, special_ids, word_starts) validates `cfg`;
+# `word_starts` (from word_start_table) is needed for real whole-word/span masking, without it every token is a word.
+build_masker = Masker

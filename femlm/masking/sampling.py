@@ -1,4 +1,4 @@
-"""Random draws behind every masking strategy: budgets, position selection, span lengths, generators.
+"""Random draws behind every masking strategy: budgets, position selection, whole words, generators.
 
 Everything takes an explicit ``torch.Generator`` (or a numpy ``Generator`` seeded from one) so that a run
 resumed at step ``s`` draws exactly the masks an uninterrupted run would have drawn.
@@ -163,7 +163,8 @@ def sample_word_spans(
     (never merged) at covered words, segment ends and the budget, so realised lengths are slightly shorter
     than ``pmf`` when masks are dense. Because budgets are equal and ties are broken by a uniformly random
     priority, the process is symmetric in the copy labels: the K masks are exchangeable (same marginal law).
-    Whole-word masking is the special case ``lengths=[1]``.
+    Whole-word masking is the special case ``lengths=[1]`` (the masker's only use since span granularity
+    moved to :mod:`femlm.masking.spans`, where K does not change the span-length law).
     """
     n_words = len(word_len)
     remaining = [int(b) for b in budgets]
@@ -208,6 +209,23 @@ def sample_word_spans(
     return spans
 
 
+def row_words(token_word_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(word_len, adjacent, tok_word)`` of one row's maskable tokens, given their (increasing) word ids.
+
+    ``word_len[w]``: tokens of maskable word ``w``; ``adjacent[w]``: word ``w+1`` directly follows word ``w``
+    (no special token or padding between them, whose ids would make the word ids jump); ``tok_word[t]``:
+    the word index of maskable token ``t``. Shared by the whole-word and the span samplers.
+    """
+    new_word = np.empty(token_word_ids.size, dtype=bool)
+    new_word[0] = True
+    np.not_equal(token_word_ids[1:], token_word_ids[:-1], out=new_word[1:])
+    first = np.flatnonzero(new_word)
+    word_len = np.diff(np.append(first, token_word_ids.size))
+    wid_of_word = token_word_ids[first]
+    adjacent = wid_of_word[1:] == wid_of_word[:-1] + 1
+    return word_len, adjacent, np.cumsum(new_word) - 1
+
+
 def select_word_level(
     word_ids: torch.Tensor,
     valid: torch.Tensor,
@@ -218,9 +236,10 @@ def select_word_level(
     pmf: np.ndarray,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """Whole-word / span selection ``BoolTensor[B, K, L]``; loops over rows (lean numpy + Python inside).
+    """Whole-word selection ``BoolTensor[B, K, L]``; loops over rows (lean numpy + Python inside).
 
-    ``fully_explored`` shares one call of :func:`sample_word_spans` among K budgets of ``tau`` (disjoint
+    The masker uses it for ``granularity: whole_word`` (``lengths=[1]``); span granularity uses
+    :func:`femlm.masking.spans.select_spans`, whose span lengths do not depend on K. ``fully_explored`` shares one call of :func:`sample_word_spans` among K budgets of ``tau`` (disjoint
     spans); ``random`` uses one budget; ``iid`` runs K independent single-budget calls (spans may overlap
     across copies). Only valid tokens are ever selected.
     """
@@ -234,18 +253,10 @@ def select_word_level(
         vpos = np.flatnonzero(valid_np[b])
         if vpos.size == 0 or tau_np[b] <= 0:
             continue
-        w = wid_np[b, vpos]
-        new_word = np.empty(vpos.size, dtype=bool)
-        new_word[0] = True
-        np.not_equal(w[1:], w[:-1], out=new_word[1:])
-        first = np.flatnonzero(new_word)
-        word_len = np.diff(np.append(first, vpos.size))
-        wid_of_word = w[first]
-        adjacent = (wid_of_word[1:] == wid_of_word[:-1] + 1).tolist()
-        tok_word = np.cumsum(new_word) - 1  # word index of every valid token
-        word_len_l = word_len.tolist()
+        word_len, adjacent_np, tok_word = row_words(wid_np[b, vpos])
+        adjacent, word_len_l = adjacent_np.tolist(), word_len.tolist()
         tau_b = int(tau_np[b])
-        word_sel = np.zeros((copies, first.size), dtype=bool)
+        word_sel = np.zeros((copies, word_len.size), dtype=bool)
         if strategy == "fully_explored":  # one shared draw: K disjoint budgets
             for k, w0, n in sample_word_spans(word_len_l, adjacent, [tau_b] * copies, rng, lengths, pmf):
                 word_sel[k, w0 : w0 + n] = True

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from femlm.errors import UserError
 
-KINDS = ("covariance", "variance", "both")
+KINDS = ("covariance", "variance", "both", "decomposition")
 METHODS = ("auto", "hooks", "vmap")
 
 
 @dataclass
 class AnalysisConfig:
-    kind: str = "both"  # covariance | variance | both
+    kind: str = "both"  # covariance | variance | both | decomposition
     sequences: int = 8  # the fixed mini-batch of sequences (validation blocks of data.block_size)
     tau: int = 128  # masked tokens per mask for the covariance study (the paper: 128 of 512)
     # tau of the K-mask variance study; None: min(tau, n // max(splits)) so that every K fits disjointly
@@ -36,6 +36,15 @@ class AnalysisConfig:
     chunk: int = 16  # rows (sequence x mask) per forward/backward pass: bounds memory
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int | None = None  # torch intra-op threads (None: leave torch's default)
+    # ---- kind=decomposition (femlm/analysis/decomposition.py, null_model.py); tau is variance_tau's rule.
+    pool: int = 32  # S_p: validation blocks whose data/mask variance terms are measured (the null model uses
+    #                 the first `sequences` of them)
+    batch_rows: int = 48  # R: rows per optimizer step of the run compared (trainer.batch_size); a multiple of every K
+    draws: int = 8  # D: FE and iid draws of max(splits) masks per pool sequence (c_FE, c_iid, sigma_m2)
+    check_batches: int = 32  # B: directly resampled batches checking the predictions (0: no check)
+    sketch_dim: int = 4096  # CountSketch size for cross-sequence inner products (0: exact, stores pool x P floats)
+    null_groups: int = 8  # groups of i.i.d. masks per sequence estimating the additive model (null model)
+    null_group_size: int = 16  # masks per group (all pairs in a group are used)
 
     def validate(self) -> None:
         if self.kind not in KINDS:
@@ -60,5 +69,24 @@ class AnalysisConfig:
             raise UserError(f"analysis.method={self.method!r}: allowed {', '.join(METHODS)}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise UserError(f"analysis.device={self.device!r}: allowed auto, cpu, cuda, cuda:N")
+        if self.kind == "decomposition":
+            self._validate_decomposition()
         if self.threads is not None and self.threads < 1:
             raise UserError(f"analysis.threads={self.threads}: a positive integer, or null")
+
+    def _validate_decomposition(self) -> None:
+        for key in ("batch_rows", "draws", "null_groups"):
+            if getattr(self, key) < 1:
+                raise UserError(f"analysis.{key}={getattr(self, key)}: must be a positive integer")
+        if self.pool < 2:
+            raise UserError(f"analysis.pool={self.pool}: at least 2 sequences (the data term is a variance over them)")
+        if self.check_batches == 1 or self.check_batches < 0:
+            raise UserError(f"analysis.check_batches={self.check_batches}: 0 (no direct check) or at least 2")
+        if self.sketch_dim < 0:
+            raise UserError(f"analysis.sketch_dim={self.sketch_dim}: 0 (exact) or a positive integer")
+        if self.null_group_size < 2:
+            raise UserError(f"analysis.null_group_size={self.null_group_size}: at least 2 masks (pairs are used)")
+        bad = [k for k in self.splits if self.batch_rows % k]
+        if bad:
+            raise UserError(f"analysis.batch_rows={self.batch_rows} is not a multiple of K={bad[0]} "
+                            f"(analysis.splits={self.splits}): the same-rows arm holds R / K sequences x K copies")

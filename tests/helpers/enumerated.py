@@ -13,8 +13,6 @@ projection) are known exactly by enumeration. ``grad_fn`` looks the gradients up
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 from femlm.analysis.masks import all_masks, hamming
@@ -79,12 +77,10 @@ class Enumerated:
 
     def tuples(self, k: int, strategy: str) -> torch.Tensor:
         """Every K-tuple of mask indices a draw can give, each equally likely: ``[T, K]``."""
-        rows = []
-        for combo in itertools.product(range(len(self.masks)), repeat=k):
-            if strategy == "fe" and int(self.masks[list(combo)].sum(dim=0).max()) > 1:
-                continue  # fully-explored: pairwise disjoint masks only
-            rows.append(combo)
-        return torch.tensor(rows)
+        idx = torch.cartesian_prod(*[torch.arange(len(self.masks))] * k).view(-1, k)
+        if strategy == "fe":  # fully-explored: pairwise disjoint masks only
+            idx = idx[self.masks[idx].sum(dim=1).amax(dim=1) <= 1]
+        return idx
 
     def exact_kmask_var(self, k: int, strategy: str) -> float:
         """Var of the K-mask gradient (per sequence, averaged over sequences)."""

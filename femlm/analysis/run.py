@@ -244,6 +244,8 @@ def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
     if cfg.analysis.threads:
         torch.set_num_threads(cfg.analysis.threads)
     tokenizer, model, info = load_model(cfg)
-    count = max(cfg.analysis.pool, cfg.analysis.sequences) if cfg.analysis.kind == "decomposition" else None
-    input_ids, picked = load_sequences(cfg, tokenizer, count)
+    if cfg.analysis.kind == "decomposition":
+        input_ids, picked = load_sequences(cfg, tokenizer, max(cfg.analysis.pool, cfg.analysis.sequences))
+    else:
+        input_ids, picked = load_sequences(cfg, tokenizer)
     return analyze(cfg, run, model, tokenizer, input_ids, info, {"validation_blocks": picked})

@@ -35,8 +35,8 @@ class Enumerated:
         self.lookup[self.code(self.masks)] = torch.arange(len(self.masks))
         table = torch.empty(seqs, len(self.masks), vocab * dim, dtype=torch.float64)
         if additive:
-            contrib = torch.randn(seqs, n, vocab * dim, generator=gen, dtype=torch.float64)
-            table = torch.einsum("mi,sip->smp", self.masks.double(), contrib) / tau
+            self.contrib = torch.randn(seqs, n, vocab * dim, generator=gen, dtype=torch.float64)  # a_i
+            table = torch.einsum("mi,sip->smp", self.masks.double(), self.contrib) / tau
         else:
             for s in range(seqs):
                 for i, m in enumerate(self.masks):

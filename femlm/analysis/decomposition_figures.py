@@ -56,18 +56,20 @@ def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], pa
     lo, hi = mlm["var_x_rows_ci"]
     if np.isfinite([lo, hi]).all():
         mid.axhspan(lo, hi, color="k", alpha=0.1)
-    for arm, color, shift in (("fe", "C3", -0.1), ("iid", "C7", 0.1)):
+    step = 0.06 * (max(ks) - min(ks) or 1)  # side-by-side offsets around each K
+    for arm, color, base in (("fe", "C3", -2), ("iid", "C7", 1)):
         arm_rows = {(r["K"], r["mode"]): r for r in rows if r["arm"] == arm}
         pred = np.array([arm_rows[(k, "same_rows")]["var_x_rows"] for k in ks])
         err = _err(pred, [arm_rows[(k, "same_rows")]["var_x_rows_ci"] for k in ks])
-        mid.errorbar(np.array(ks) + shift, pred, yerr=err, fmt="o", color=color, capsize=3,
+        mid.errorbar(np.array(ks) + base * step, pred, yerr=err, fmt="o", color=color, capsize=3,
                      label=f"{arm.upper()} predicted (both modes)")
-        for mode, marker in (("same_rows", "s"), ("same_sequences", "^")):
+        for offset, (mode, marker) in enumerate((("same_rows", "s"), ("same_sequences", "^")), start=1):
             meas = np.array([arm_rows[(k, mode)]["measured_var"] * arm_rows[(k, mode)]["rows_per_step"] for k in ks])
             ci = [np.array(arm_rows[(k, mode)]["measured_var_ci"]) * arm_rows[(k, mode)]["rows_per_step"] for k in ks]
             if np.isfinite(meas).any():
-                mid.errorbar(np.array(ks) + 2 * shift, meas, yerr=_err(meas, ci), fmt=marker, mfc="none",
-                             color=color, capsize=2, alpha=0.8, label=f"{arm.upper()} measured, {mode.replace('_', ' ')}")
+                mid.errorbar(np.array(ks) + (base + offset * 0.5) * step, meas, yerr=_err(meas, ci), fmt=marker,
+                             mfc="none", color=color, capsize=2, alpha=0.8,
+                             label=f"{arm.upper()} measured (pool), {mode.replace('_', ' ')}")
     meas_mlm = mlm["measured_var"] * mlm["rows_per_step"]
     if np.isfinite(meas_mlm):
         mid.axhline(meas_mlm, color="k", lw=1, ls=":", label="MLM measured")

@@ -1,14 +1,13 @@
 """Exact checks of the gradient study on a model small enough to enumerate every mask.
 
-A softmax masked-LM over n = 6 positions with tau = 2 (|M(tau)| = 15): each masked position is predicted
-from a weighted sum of the *unmasked* context embeddings, so g(m) depends on the whole mask (not additive).
+A softmax masked-LM over n = 6 positions with tau = 2 (|M(tau)| = 15; `helpers.enumerated.Enumerated`): each
+masked position is predicted from a weighted sum of the *unmasked* context embeddings, so g(m) depends on the
+whole mask (not additive).
 Every per-mask gradient is computed exactly, so Cov(H), Var(g(m)) and the K-mask variances under i.i.d. and
 fully-explored sampling are known by enumeration; the Monte-Carlo estimators must converge to them.
 """
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -20,67 +19,10 @@ from scipy import stats
 from femlm.analysis.estimators import Reference, kmask_terms, reference_stats
 from femlm.analysis.masks import all_masks, hamming, hamming_strata, max_hamming, sample_kmasks, sample_pairs
 from femlm.analysis.studies import covariance_study, make_reference, resolve_variance_tau, variance_study
+from helpers.enumerated import Enumerated
 
 torch.set_num_threads(1)
-N, TAU, VOCAB, DIM = 6, 2, 5, 3
-
-
-class Enumerated:
-    """Exact per-mask gradients of a tiny softmax MLM for S fixed sequences, and a lookup grad_fn."""
-
-    def __init__(self, seqs: int = 2, seed: int = 0) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        self.tokens = torch.randint(0, VOCAB, (seqs, N), generator=gen)
-        emb = torch.randn(VOCAB, DIM, generator=gen, dtype=torch.float64)
-        pos = torch.randn(N, DIM, generator=gen, dtype=torch.float64)
-        mix = torch.rand(N, N, generator=gen, dtype=torch.float64)
-        weight = torch.randn(VOCAB, DIM, generator=gen, dtype=torch.float64)
-        self.masks = all_masks(N, TAU)  # [15, 6]
-        self.codes = {self.code(m): i for i, m in enumerate(self.masks)}
-        table = torch.empty(seqs, len(self.masks), VOCAB * DIM, dtype=torch.float64)
-        for s in range(seqs):
-            for i, m in enumerate(self.masks):
-                w = weight.clone().requires_grad_(True)
-                ctx = (mix * (~m).double()[None, :]) @ emb[self.tokens[s]] + pos  # unmasked context only
-                logits = ctx[m] @ w.T
-                loss = torch.nn.functional.cross_entropy(logits, self.tokens[s][m])
-                (grad,) = torch.autograd.grad(loss, w)
-                table[s, i] = grad.flatten()
-        self.table = table
-        self.valid = torch.ones(seqs, N, dtype=torch.bool)
-
-    @staticmethod
-    def code(mask: torch.Tensor) -> int:
-        return int((mask.long() << torch.arange(mask.numel())).sum())
-
-    def grad_fn(self, seq_idx: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
-        ids = [self.codes[self.code(m)] for m in masks]
-        return self.table[seq_idx, torch.tensor(ids)].float()
-
-    # ------------------------------------------------------------------ exact values by enumeration
-    def centred(self) -> torch.Tensor:
-        return self.table - self.table.mean(dim=1, keepdim=True)  # [S, 15, P]
-
-    def exact_cov(self) -> dict[int, float]:
-        """Cov at each H: mean over the ordered pairs at distance H (uniform, as the sampler draws)."""
-        c = self.centred()
-        inner = torch.einsum("sip,sjp->sij", c, c).mean(dim=0)  # averaged over sequences
-        dist = hamming(self.masks[:, None, :], self.masks[None, :, :])
-        return {int(h): float(inner[dist == h].mean()) for h in dist.unique()}
-
-    def exact_kmask_var(self, k: int, strategy: str) -> float:
-        """Var of the K-mask gradient by enumerating every K-tuple the strategy can draw (each equally likely)."""
-        c = self.centred()
-        tuples = []
-        for combo in itertools.product(range(len(self.masks)), repeat=k):
-            if strategy == "fe":
-                union = torch.stack([self.masks[i] for i in combo]).sum(dim=0)
-                if int(union.max()) > 1:
-                    continue  # fully-explored: pairwise disjoint masks only
-            tuples.append(combo)
-        idx = torch.tensor(tuples)
-        mean_k = c[:, idx].mean(dim=2)  # [S, T, P]
-        return float((mean_k**2).sum(dim=-1).mean())
+N, TAU = 6, 2  # the defaults of helpers.enumerated.Enumerated
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field
 
 from femlm.errors import UserError, require_choice, require_positive
 
-KINDS = ("covariance", "variance", "both")
+KINDS = ("covariance", "variance", "both", "decomposition")
 METHODS = ("auto", "hooks", "vmap")
 
 
 @dataclass
 class AnalysisConfig:
-    kind: str = "both"  # covariance | variance | both
+    kind: str = "both"  # covariance | variance | both | decomposition
     sequences: int = 8  # the fixed mini-batch of sequences (validation blocks of data.block_size)
     tau: int = 128  # masked tokens per mask for the covariance study (the paper: 128 of 512)
     # tau of the K-mask variance study; None: min(tau, n // max(num_masks)) so that every K fits disjointly
@@ -31,6 +31,15 @@ class AnalysisConfig:
     method: str = "auto"
     # Where covariance/variance tables and figures go besides the run directory (None: run dir only).
     results_dir: str | None = None
+    # ---- kind=decomposition (femlm/analysis/decomposition.py, null_model.py); tau is variance_tau's rule.
+    pool: int = 32  # S_p: validation blocks whose data/mask variance terms are measured (the null model uses
+    #                 the first `sequences` of them)
+    batch_rows: int = 48  # R: rows per optimizer step of the run compared (trainer.batch_size); a multiple of every K
+    draws: int = 8  # D: FE and iid draws of max(num_masks) masks per pool sequence (c_FE, c_iid, sigma_m2)
+    check_batches: int = 32  # B: directly resampled batches checking the predictions (0: no check)
+    sketch_dim: int = 4096  # CountSketch size for cross-sequence inner products (0: exact, stores pool x P floats)
+    null_groups: int = 8  # groups of i.i.d. masks per sequence estimating the additive model (null model)
+    null_group_size: int = 16  # masks per group (all pairs in a group are used)
 
     def validate(self) -> None:
         require_choice("analysis", "kind", self.kind, KINDS)
@@ -49,3 +58,20 @@ class AnalysisConfig:
         if self.bootstrap < 0:
             raise UserError(f"analysis.bootstrap={self.bootstrap}: 0 (no intervals) or more resamples")
         require_choice("analysis", "method", self.method, METHODS)
+        if self.kind == "decomposition":
+            self._validate_decomposition()
+
+    def _validate_decomposition(self) -> None:
+        require_positive("analysis", self, "batch_rows", "draws", "null_groups")
+        if self.pool < 2:
+            raise UserError(f"analysis.pool={self.pool}: at least 2 sequences (the data term is a variance over them)")
+        if self.check_batches == 1 or self.check_batches < 0:
+            raise UserError(f"analysis.check_batches={self.check_batches}: 0 (no direct check) or at least 2")
+        if self.sketch_dim < 0:
+            raise UserError(f"analysis.sketch_dim={self.sketch_dim}: 0 (exact) or a positive integer")
+        if self.null_group_size < 2:
+            raise UserError(f"analysis.null_group_size={self.null_group_size}: at least 2 masks (pairs are used)")
+        bad = [k for k in self.num_masks if self.batch_rows % k]
+        if bad:
+            raise UserError(f"analysis.batch_rows={self.batch_rows} is not a multiple of K={bad[0]} "
+                            f"(analysis.num_masks={self.num_masks}): the same-rows arm holds R / K sequences x K copies")

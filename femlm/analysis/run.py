@@ -9,7 +9,9 @@ the same architecture at initialisation: the paper's "before pre-training" panel
 and ``variance.md`` (per K), ``covariance_distribution.png`` (Figure 2), ``covariance_vs_hamming.png``
 (Figure 3), ``variance.png``, and ``analysis.json`` (settings, Spearman rho with its bootstrap interval,
 Var_FE / Var_iid per K with intervals, cost, wall time, model, hardware). With ``results_dir`` set, the
-same files are copied to ``<results_dir>/analysis_<domain>_<model>_<panel>/``.
+same files are copied to ``<results_dir>/analysis_<domain>_<model>_<panel>/``. Kind ``decomposition`` (data vs
+mask variance of the batch gradient, and Assumption 1 against an additive null model) is
+`femlm.analysis.decomposition_run`.
 
 Cost (forward + backward passes of one sequence, see `studies`): covariance ``S (J + 2 budget)``,
 variance ``S (J + 2 budget max(K))`` (J reference masks are shared when both studies use the same tau).
@@ -88,16 +90,17 @@ def load_model(cfg: Any, weights: bool = True) -> tuple[Any, torch.nn.Module | N
     return tokenizer, model, info
 
 
-def load_sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
-    """``analysis.sequences`` validation blocks (a seeded choice), ``LongTensor[S, block_size]``."""
+def load_sequences(cfg: Any, tokenizer: Any, count: int | None = None) -> tuple[torch.Tensor, list[int]]:
+    """``count`` (default ``analysis.sequences``) validation blocks (a seeded choice), ``LongTensor[S, block_size]``."""
     from femlm.data.corpus import prepare_blocks
 
     blocks = prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
                             num_proc=cfg.data.num_proc, seed=cfg.seed)
     val = np.asarray(blocks["validation"].with_format("numpy")["input_ids"], dtype=np.int64)
-    want = cfg.analysis.sequences
+    want = count or cfg.analysis.sequences
     if len(val) < want:
-        raise UserError(f"analysis.sequences={want}: domain {cfg.domain.name} has {len(val)} validation blocks of "
+        key = "analysis.sequences" if count is None else "analysis.pool / analysis.sequences"
+        raise UserError(f"{key}={want}: domain {cfg.domain.name} has {len(val)} validation blocks of "
                         f"{cfg.data.block_size} tokens; lower analysis.sequences or data.block_size")
     picked = np.sort(np.random.default_rng([cfg.seed, 7]).choice(len(val), size=want, replace=False))
     return torch.from_numpy(val[picked]), picked.tolist()
@@ -144,6 +147,10 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     from femlm.runs import hardware
 
     acfg = cfg.analysis
+    if acfg.kind == "decomposition":
+        from .decomposition_run import analyze_decomposition
+
+        return analyze_decomposition(cfg, run, model, tokenizer, input_ids, model_info, extra)
     start = time.time()
     device = pick_device(cfg.runtime.device)
     chunk = cfg.runtime.micro_batch_size or DEFAULT_CHUNK
@@ -236,17 +243,24 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     return summary
 
 
+def _sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
+    """The validation blocks an analysis studies: the decomposition's pool, or the fixed mini-batch."""
+    if cfg.analysis.kind == "decomposition":
+        return load_sequences(cfg, tokenizer, max(cfg.analysis.pool, cfg.analysis.sequences))
+    return load_sequences(cfg, tokenizer)
+
+
 def plan_analyze(cfg: Any, run: Any) -> dict[str, Any]:
     """Every check of an analysis without computing a gradient: model config and tokenizer, the sequences."""
     tokenizer, _, info = load_model(cfg, weights=False)
-    input_ids, picked = load_sequences(cfg, tokenizer)
+    input_ids, picked = _sequences(cfg, tokenizer)
     return {"model": info, "sequences": len(picked), "block_size": int(input_ids.shape[1]),
             "kind": cfg.analysis.kind}
 
 
 def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
-    """`femlm analyze {covariance,variance,both}`: the entry point the CLI calls."""
+    """`femlm analyze {covariance,variance,both,decomposition}`: the entry point the CLI calls."""
     configure_process(cfg.runtime)
     tokenizer, model, info = load_model(cfg)
-    input_ids, picked = load_sequences(cfg, tokenizer)
+    input_ids, picked = _sequences(cfg, tokenizer)
     return analyze(cfg, run, model, tokenizer, input_ids, info, {"validation_blocks": picked})

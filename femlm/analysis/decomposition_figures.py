@@ -1,0 +1,134 @@
+"""Figures of `femlm analyze decomposition` (matplotlib, Agg backend), every estimate with its 95% interval.
+
+* ``decomposition.png``: (a) the terms sigma_d2, sigma_m2, c_FE(K), c_iid(K); (b) variance x rows per step
+  (per unit compute) of every arm against K, predicted and measured; (c) measured / predicted per arm and mode.
+* ``null_model.png``: measured Cov(H) against the additive null model's, and the residual (interaction) part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _err(value: Any, ci: Sequence[float]) -> np.ndarray | None:
+    """Error-bar half-lengths ``[[below], [above]]`` or None when the interval is missing."""
+    value = np.atleast_1d(np.asarray(value, dtype=float))
+    ci_arr = np.asarray(ci, dtype=float).reshape(-1, 2)
+    if not np.isfinite(ci_arr).all():
+        return None
+    return np.abs(np.stack([value - ci_arr[:, 0], ci_arr[:, 1] - value]))
+
+
+def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], path: Path, title: str) -> Path:
+    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(16, 4.6))
+    # (a) the terms
+    labels, values, cis, colors = ["sigma_d2", "sigma_m2"], [terms["sigma_d2"], terms["sigma_m2"]], [], ["C0", "C1"]
+    for k, t in terms["c_fe_by_K"].items():
+        labels.append(f"c_FE K={k}")
+        values.append(t)
+        colors.append("C3")
+    for k, t in terms["c_iid_by_K"].items():
+        labels.append(f"c_iid K={k}")
+        values.append(t)
+        colors.append("C7")
+    est = np.array([v["estimate"] for v in values])
+    cis = [v["ci"] for v in values]
+    x = np.arange(len(labels))
+    left.bar(x, est, color=colors, alpha=0.7, yerr=_err(est, cis), capsize=3)
+    left.axhline(0.0, color="grey", lw=0.8)
+    left.axhline(-terms["sigma_d2"]["estimate"], color="C0", lw=1, ls="--", label="-sigma_d2 (FE wins iff c_FE below)")
+    left.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+    left.set_ylabel("trace of covariance (per sequence)")
+    left.set_title("terms (95% bootstrap CI over sequences)", fontsize=9)
+    left.legend(fontsize=7)
+    # (b) variance x rows per step against K
+    mlm = next(r for r in rows if r["arm"] == "mlm")
+    ks = sorted({r["K"] for r in rows if r["arm"] != "mlm"})
+    mid.axhline(mlm["var_x_rows"], color="k", lw=1, label="MLM predicted")
+    lo, hi = mlm["var_x_rows_ci"]
+    if np.isfinite([lo, hi]).all():
+        mid.axhspan(lo, hi, color="k", alpha=0.1)
+    step = 0.06 * (max(ks) - min(ks) or 1)  # side-by-side offsets around each K
+    for arm, color, base in (("fe", "C3", -2), ("iid", "C7", 1)):
+        arm_rows = {(r["K"], r["mode"]): r for r in rows if r["arm"] == arm}
+        pred = np.array([arm_rows[(k, "same_rows")]["var_x_rows"] for k in ks])
+        err = _err(pred, [arm_rows[(k, "same_rows")]["var_x_rows_ci"] for k in ks])
+        mid.errorbar(np.array(ks) + base * step, pred, yerr=err, fmt="o", color=color, capsize=3,
+                     label=f"{arm.upper()} predicted (both modes)")
+        for offset, (mode, marker) in enumerate((("same_rows", "s"), ("same_sequences", "^")), start=1):
+            meas = np.array([arm_rows[(k, mode)]["measured_var"] * arm_rows[(k, mode)]["rows_per_step"] for k in ks])
+            ci = [np.array(arm_rows[(k, mode)]["measured_var_ci"]) * arm_rows[(k, mode)]["rows_per_step"] for k in ks]
+            if np.isfinite(meas).any():
+                mid.errorbar(np.array(ks) + (base + offset * 0.5) * step, meas, yerr=_err(meas, ci), fmt=marker,
+                             mfc="none", color=color, capsize=2, alpha=0.8,
+                             label=f"{arm.upper()} measured (pool), {mode.replace('_', ' ')}")
+    meas_mlm = mlm["measured_var"] * mlm["rows_per_step"]
+    if np.isfinite(meas_mlm):
+        mid.axhline(meas_mlm, color="k", lw=1, ls=":", label="MLM measured")
+    mid.set_xticks(ks)
+    mid.set_xlabel("K (copies per sequence)")
+    mid.set_ylabel("Var(batch gradient) x rows per step")
+    mid.set_title("per unit compute (lower is better)", fontsize=9)
+    mid.legend(fontsize=6)
+    # (c) measured / predicted
+    names, ratio, ratio_ci = [], [], []
+    for r in rows:
+        names.append("MLM" if r["arm"] == "mlm" else f"{r['arm'].upper()} K={r['K']} {r['mode'].replace('same_', '')}")
+        ratio.append(r["measured_over_predicted"])
+        ratio_ci.append(r["measured_over_predicted_ci"])
+    y = np.arange(len(names))
+    ratio_arr = np.array(ratio, dtype=float)
+    if np.isfinite(ratio_arr).any():
+        right.errorbar(ratio_arr, y, xerr=_err(ratio_arr, ratio_ci), fmt="o", color="C2", capsize=3)
+    right.axvline(1.0, color="grey", lw=0.8, ls=":")
+    right.set_yticks(y, names, fontsize=7)
+    right.invert_yaxis()
+    right.set_xlabel("measured / predicted batch variance")
+    right.set_title("direct check (95% CI)", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], path: Path, title: str) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    x = np.array([r["h_mean"] for r in rows])
+    for key, label, color in (("measured", "measured Cov(H)", "C0"), ("additive", "additive null model", "C1")):
+        value = np.array([r[key] for r in rows])
+        ci = np.array([r[f"{key}_ci"] for r in rows], dtype=float)
+        left.plot(x, value, "o-", color=color, label=label)
+        if np.isfinite(ci).all():
+            left.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.2)
+    left.axhline(0.0, color="grey", lw=0.8, ls=":")
+    left.set_xlabel("Hamming distance H(m1, m2)")
+    left.set_ylabel("Cov(g(m1), g(m2))")
+    frac, fci = summary.get("fraction_explained", float("nan")), summary.get("fraction_explained_ci", [np.nan] * 2)
+    left.set_title(f"additive model explains {frac:.2f} [{fci[0]:.2f}, {fci[1]:.2f}] of the decrease", fontsize=9)
+    left.legend(fontsize=8)
+    res = np.array([r["residual"] for r in rows])
+    rci = np.array([r["residual_ci"] for r in rows], dtype=float)
+    right.plot(x, res, "o-", color="C3", label="residual = measured - additive")
+    if np.isfinite(rci).all():
+        right.fill_between(x, rci[:, 0], rci[:, 1], color="C3", alpha=0.2, label="95% bootstrap CI")
+    right.axhline(0.0, color="grey", lw=0.8, ls=":")
+    rho, rci_rho = summary.get("residual_rho_bins", float("nan")), summary.get("residual_rho_bins_ci", [np.nan] * 2)
+    right.set_title(f"interaction part: Spearman(H, residual) = {rho:.2f} [{rci_rho[0]:.2f}, {rci_rho[1]:.2f}]",
+                    fontsize=9)
+    right.set_xlabel("Hamming distance H(m1, m2)")
+    right.set_ylabel("residual covariance")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

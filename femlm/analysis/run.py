@@ -80,18 +80,19 @@ def load_model(cfg: Any) -> tuple[Any, torch.nn.Module, dict[str, Any]]:
 
 
 def load_sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
-    """``analysis.sequences`` validation blocks (a seeded choice), ``LongTensor[S, block_size]``."""
+    """``analysis.sequences`` validation blocks (a seeded choice), ``LongTensor[S, block_size]``; only the chosen
+    rows are read from the memory-mapped blocks."""
     from femlm.data.corpus import prepare_blocks
 
     blocks = prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
                             num_proc=cfg.data.num_proc, seed=cfg.seed)
-    val = np.asarray(blocks["validation"].with_format("numpy")["input_ids"], dtype=np.int64)
+    val = blocks["validation"]
     want = cfg.analysis.sequences
     if len(val) < want:
         raise UserError(f"analysis.sequences={want}: domain {cfg.domain.name} has {len(val)} validation blocks of "
                         f"{cfg.data.block_size} tokens; lower analysis.sequences or data.block_size")
     picked = np.sort(np.random.default_rng([cfg.seed, 7]).choice(len(val), size=want, replace=False))
-    return torch.from_numpy(val[picked]), picked.tolist()
+    return val[picked].long(), picked.tolist()
 
 
 def resolve_device(name: str) -> torch.device:

@@ -66,15 +66,33 @@ TASKS: dict[str, TaskConfig] = {t.name: t for t in (
     _task("wnli", "wnli", "accuracy", "accuracy", _GLUE_RECIPE, {}),
 )}
 
+# Public corpora that stand for the paper's (preset=paper reads them; see docs/corpora.md for each choice and how it
+# differs from the paper's corpus). `sources` stay the offline mirror's samples ("stand-ins"): the tiny preset and
+# the tests read those, and every summary of a run on them says so (femlm.data.plan.stand_in_note).
+PAPER_SOURCES: dict[str, list[str]] = {
+    # peS2o (cleaned S2ORC) full-text papers whose Semantic Scholar field of study is Computer Science, one folder
+    # per year range in this parquet re-upload; the paper samples 72k of DAPT's 2.22M S2ORC CS papers.
+    "cs": ["hf:claran/modular-s2orc-parquet?data_files=ComputerScience,*/train-*.parquet&text=text"],
+    # C4's RealNews-like subset: Common Crawl pages from the RealNews domains (13.8M documents); the paper samples
+    # 623k of RealNews' 11.90M articles (RealNews itself is only distributed on request).
+    "news": ["hf:allenai/c4?config=realnewslike&split=train&text=text"],
+    # English Wikipedia (2023-11-01 dump, 6.4M articles) + BookCorpus as 74M sentence rows, joined 128 consecutive
+    # sentences a document (the rows carry no book boundaries); downloaded once (one arrow file: no streaming shards).
+    "general": ["hf:wikimedia/wikipedia?config=20231101.en&split=train&text=title+text",
+                "hf:SamuelYang/bookcorpus?split=train&text=text&group=128&streaming=false"],
+}
+
 DOMAINS: dict[str, DomainConfig] = {
     # S2ORC CS papers: the paper samples 72k of DAPT's 2.22M documents, ~40k steps at batch 48.
-    "cs": DomainConfig("cs", ["s2orc:cs", "csabstruct", "arxiv_cs"], 72_000, 2_220_000, 40_000),
-    # RealNews: 623k of 11.90M documents, ~20k steps. HyperPartisan articles only from its train split
-    # (`:train`), so pre-training never sees the task's dev/test articles.
-    "news": DomainConfig("news", ["realnews", "reuters21578", "hyperpartisan_news:train"], 623_000,
-                         11_900_000, 20_000),
+    "cs": DomainConfig("cs", ["s2orc:cs", "csabstruct", "arxiv_cs"], 72_000, 2_220_000, 40_000,
+                       paper_sources=PAPER_SOURCES["cs"], paper_corpus="DAPT's S2ORC CS papers"),
+    # RealNews: 623k of 11.90M documents, ~20k steps. No HyperPartisan articles: they are task text (the task's
+    # train/dev/test), which neither the paper nor DAPT pre-trained on (tests/test_data_leakage.py checks).
+    "news": DomainConfig("news", ["realnews", "reuters21578"], 623_000, 11_900_000, 20_000,
+                         paper_sources=PAPER_SOURCES["news"], paper_corpus="RealNews articles"),
     # Wikipedia + BookCorpus (16 GB) for 1M steps at batch 256; WikiText-2 is the local stand-in.
-    "general": DomainConfig("general", ["wikitext2"], None, None, 1_000_000),
+    "general": DomainConfig("general", ["wikitext2"], None, None, 1_000_000, paper_sources=PAPER_SOURCES["general"],
+                            paper_corpus="Wikipedia + BookCorpus (16 GB)"),
 }
 
 

@@ -3,8 +3,7 @@
 Entries (`femlm.data.catalog` holds the tables): DAPT tasks ``citation_intent`` (ACL-ARC), ``sciie``
 (SciERC), ``hyperpartisan_news``, ``ag`` plus ``chemprot`` and ``rct``; GLUE ``mnli`` (dev_matched /
 dev_mismatched), ``qqp``, ``qnli``, ``sst2``, ``cola``, ``stsb``, ``mrpc``, ``rte``, ``wnli``; corpora
-``s2orc``, ``csabstruct``, ``arxiv_cs`` (cs domain), ``realnews``, ``reuters21578`` (+ HyperPartisan
-articles; news domain), ``wikitext2`` (general domain); tokenizers/model configs ``bert-base-uncased``,
+``s2orc``, ``csabstruct``, ``arxiv_cs`` (cs domain), ``realnews``, ``reuters21578`` (news domain), ``wikitext2`` (general domain); tokenizers/model configs ``bert-base-uncased``,
 ``roberta-base``. Groups: ``all``, ``dapt``, ``glue``, ``corpora``, ``tokenizers``; the domain names
 ``cs``, ``news``, ``general`` expand to their corpora, and task names (``aclarc``, ``agnews``, ...) to
 their dataset.
@@ -42,7 +41,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tokenizers": tuple(e.name for e in _TOKENIZERS),
     # Domains: the registry corpora a domain's local corpus is built from (see presets.DOMAINS).
     "cs": ("s2orc", "csabstruct", "arxiv_cs"),
-    "news": ("realnews", "reuters21578", "hyperpartisan_news"),
+    "news": ("realnews", "reuters21578"),  # HyperPartisan articles are task text: never pre-training text
     "general": ("wikitext2",),
 }
 # Task and Hub names that mean a registry dataset.

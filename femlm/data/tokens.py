@@ -6,16 +6,17 @@ wrapped in the tokenizer's special tokens) and a ``meta.json`` with the dtype, b
 dtype is uint16 when every id fits (vocabularies up to 65,536 entries: BERT's 30,522, RoBERTa's 50,265), else
 int32: half the disk and page cache of int32 for both paper models.
 
-`TokenBlocks` views a split as ``[n_blocks, block_size]`` over an ``np.memmap`` (the last partial block is not
-part of the view): nothing is read until rows are indexed, and indexing copies only those rows, so a
-Wikipedia-sized corpus costs the training process page cache, not resident memory. It answers the slice of
-the tensor API the training code uses (``shape``, ``len``, ``blocks[index]`` with an int, slice, index tensor
-or array), returning int32 tensors as the in-memory blocks did.
+`TokenBlocks` views a split as ``[n_blocks, block_size]`` (the last partial block is not part of the view),
+backed by the file (``array`` is its ``np.memmap``): nothing is read until rows are indexed, and indexing
+copies only those rows, so a Wikipedia-sized corpus costs the training process page cache, not resident
+memory. It answers the slice of the tensor API the training code uses (``shape``, ``len``, ``blocks[index]``
+with an int, slice, index tensor or array), returning int32 tensors as the in-memory blocks did.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,35 +33,86 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 class TokenBlocks:
-    """A split's token blocks, ``[n_blocks, block_size]``, memory-mapped from its token file."""
+    """A split's token blocks, ``[n_blocks, block_size]``, backed by its token file.
+
+    ``array`` is the ``np.memmap`` view (slicing, analysis, tools). Indexing (``blocks[index]``, what training
+    does every step) copies just the asked-for rows with positional reads (``os.preadv``) instead of touching
+    the map: mapped file pages count as the process's resident memory, so random reads through the map would
+    make a long run's RSS creep up towards the corpus size (clean, reclaimable pages, but indistinguishable
+    from a leak in every monitor). Read this way, the kernel's page cache holds the file once, shared by all
+    ranks, and each process holds only the rows of its current step.
+    """
 
     def __init__(self, path: Path, n_blocks: int, block_size: int, dtype: np.dtype | str) -> None:
         self.path, self.block_size, self.dtype = Path(path), int(block_size), np.dtype(dtype)
-        if n_blocks > 0:
-            self.array: np.ndarray = np.memmap(self.path, dtype=self.dtype, mode="r",
-                                               shape=(int(n_blocks), self.block_size))
-        else:  # np.memmap refuses an empty map
-            self.array = np.empty((0, self.block_size), dtype=self.dtype)
+        self.n_blocks = int(n_blocks)
+        self._array: np.ndarray | None = None
+        self._fd: int | None = None
+        self._row_bytes = self.block_size * self.dtype.itemsize
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = (np.memmap(self.path, dtype=self.dtype, mode="r", shape=(self.n_blocks, self.block_size))
+                           if self.n_blocks else np.empty((0, self.block_size), dtype=self.dtype))
+        return self._array
 
     @property
     def shape(self) -> tuple[int, int]:
-        return (self.array.shape[0], self.block_size)
+        return (self.n_blocks, self.block_size)
 
     def __len__(self) -> int:
-        return self.array.shape[0]
+        return self.n_blocks
+
+    def _rows(self, index: Any) -> np.ndarray:
+        """Row numbers (int64, bounds-checked) for an int, slice, list, array or tensor index."""
+        if isinstance(index, slice):
+            return np.arange(self.n_blocks, dtype=np.int64)[index]
+        if hasattr(index, "detach"):  # a torch tensor
+            index = index.detach().cpu().numpy()
+        rows = np.asarray(index, dtype=np.int64).reshape(-1)
+        rows = np.where(rows < 0, rows + self.n_blocks, rows)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.n_blocks):
+            raise IndexError(f"block index out of range for {self.n_blocks} blocks")
+        return rows
+
+    def read(self, index: Any) -> np.ndarray:
+        """The rows of `index` as a new array of the file's dtype (one read per run of consecutive rows)."""
+        rows = self._rows(index)
+        out = np.empty((len(rows), self.block_size), dtype=self.dtype)
+        if not len(rows):
+            return out
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        for start, stop in zip(np.r_[0, breaks], np.r_[breaks, len(rows)], strict=True):
+            view = memoryview(out[start:stop]).cast("B")
+            offset, got = int(rows[start]) * self._row_bytes, 0
+            while got < len(view):
+                n = os.preadv(self._fd, [view[got:]], offset + got)
+                if n <= 0:
+                    raise OSError(f"{self.path}: unexpected end of file (the corpus file is truncated)")
+                got += n
+        return out
 
     def __getitem__(self, index: Any) -> Any:
         """Rows as an int32 torch tensor (a copy of just those rows): int, slice, index tensor/array/list."""
         import torch
 
-        if isinstance(index, torch.Tensor):
-            index = index.detach().cpu().numpy()
-        rows = self.array[index]
-        return torch.from_numpy(np.array(rows, dtype=np.int32, copy=True))
+        rows = self.read(index).astype(np.int32)
+        return torch.from_numpy(rows[0] if isinstance(index, (int, np.integer)) else rows)
 
     def numpy(self, index: Any = slice(None)) -> np.ndarray:
         """Rows as an int64 numpy array (a copy)."""
-        return np.array(self.array[index], dtype=np.int64, copy=True)
+        return self.read(index).astype(np.int64)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy in another process opens its own descriptor
+        return {**self.__dict__, "_fd": None, "_array": None}
 
     def __repr__(self) -> str:
         return f"TokenBlocks({self.path.name}, shape={self.shape}, dtype={self.dtype.name})"

@@ -115,7 +115,7 @@ def test_bad_hub_sources_are_one_line_errors(hubdir: Path, cfg: DownloadConfig, 
     # Hub ids: offline -> how to point domain.sources at local files; unknown dataset -> not found.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     fails("hf:allenai/c4?config=realnewslike", r"the Hub corpus hf:allenai/c4\?config=realnewslike is unreachable "
-          r".*point domain.sources at the local copy, e.g. domain.sources=\[hf:/data/c4\?config=realnewslike\]")
+          r".*point domain.sources at the local copy, e.g. 'domain.sources=\[\"hf:/data/c4\?config=realnewslike\"\]'")
     monkeypatch.setattr(hub, "hub_reachable", lambda: True)
 
     def not_found(*args: object, **kwargs: object) -> None:

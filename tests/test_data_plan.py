@@ -130,3 +130,6 @@ def test_waiting_ranks_poll_the_file_system(local) -> None:
         shared.prepare_shared(domain, tokenizer, 4096, cfg, tmp / "c", 1, 0, preparer=True, token="t3")
     final = corpus_dir(corpus_key(domain, tokenizer, 4096, cfg, 0), domain, cfg, tmp / "c")
     assert "shorter than one block" in shared.failure_marker(final, "t3").read_text()
+    with pytest.raises(UserError, match="shorter than one block"):  # one process: nobody waits, no marker
+        shared.prepare_shared(domain, tokenizer, 4096, cfg, tmp / "c", 1, 0, preparer=True, token="t4", waiters=False)
+    assert not shared.failure_marker(final, "t4").exists()

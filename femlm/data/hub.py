@@ -23,6 +23,9 @@ Keys (each once, except ``filter``):
 * ``group``: join every N consecutive rows (after filtering) into one document, for sentence-per-row
   corpora such as BookCorpus, where one row is far shorter than a document.
 
+On the command line, quote such a source: Hydra's override grammar does not take '=' or '&' unquoted, so
+``'domain.sources=["hf:allenai/c4?config=realnewslike"]'`` (in YAML files no quoting is needed).
+
 A row is one document. Units of parallel work are the dataset's shards after `IterableDataset.reshard`
 (parquet: one per row group), in the order `datasets` lists them; each worker opens the dataset once.
 """
@@ -164,9 +167,9 @@ def unreachable(h: HubSpec, domain: str = "") -> UserError:
     where = f"domain {domain}: " if domain else ""
     return UserError(
         f"{where}the Hub corpus {h.spec} is unreachable (no network, or HF_HUB_OFFLINE set); on a machine with "
-        f"internet run `hf download --repo-type dataset {h.path}` (or `femlm prepare`), then point "
-        f"domain.sources at the local copy, e.g. domain.sources=[hf:/data/{h.repo}?{_query(h)}] or "
-        f"[file:/data/{h.repo}/*.parquet]")
+        f"internet run `hf download --repo-type dataset {h.path} --local-dir /data/{h.repo}` (or `femlm prepare`), "
+        f"then point domain.sources at the local copy, e.g. 'domain.sources=[\"hf:/data/{h.repo}?{_query(h)}\"]' "
+        f"or 'domain.sources=[\"file:/data/{h.repo}/*.parquet\"]'")
 
 
 def _query(h: HubSpec) -> str:
@@ -367,7 +370,7 @@ def table_documents(h: HubSpec, table: Any) -> list[str]:
 def declared_rows(h: HubSpec) -> int | None:
     """Rows of the split as the dataset card declares them (before any filter), when it does."""
     try:
-        ds = open_dataset(h)
+        ds = _OPEN.get(h.spec) or open_dataset(h)
         splits = ds.info.splits or {}
         info = splits.get(h.split)
         return int(info.num_examples) if info is not None and info.num_examples else None

@@ -36,16 +36,19 @@ def failure_marker(final: Path, token: str) -> Path:
 
 def prepare_shared(domain: DomainConfig, tokenizer: Any, block_size: int, download: DownloadConfig,
                    cache_dir: str | Path | None, num_proc: int, seed: int, preparer: bool, token: str = "run",
-                   poll_s: float = POLL_S, log_every_s: float = LOG_EVERY_S) -> PreparedCorpus:
-    """The prepared corpus on every process: `preparer` builds it (or loads it), the others wait for it."""
+                   poll_s: float = POLL_S, log_every_s: float = LOG_EVERY_S, waiters: bool = True
+                   ) -> PreparedCorpus:
+    """The prepared corpus on every process: `preparer` builds it (or loads it), the others wait for it.
+    `waiters=False` (a single process): no failure marker is left behind, since nobody would read it."""
     final = corpus_dir(corpus_key(domain, tokenizer, block_size, download, seed), domain, download, cache_dir)
     marker = failure_marker(final, token)
     if preparer:
         try:
             return prepare_corpus(domain, tokenizer, block_size, download, cache_dir, num_proc=num_proc, seed=seed)
         except BaseException as err:
-            final.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}")
+            if waiters:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                marker.write_text(str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}")
             raise
     return wait_for_corpus(final, marker, poll_s, log_every_s)
 

@@ -99,8 +99,10 @@ def plan_units(sources: list[str], download: DownloadConfig) -> list[Unit]:
                                       piece["rows"], piece["nbytes"]))
         else:
             h = hub.parse_hub(spec)
-            for shard in range(hub.shard_count(h, hf_cache(download))):
-                units.append(Unit(index, spec, "hf", h.path, shard))
+            shards = hub.shard_count(h, hf_cache(download))
+            declared = hub.declared_rows(h)  # the card's split size: progress only (shards are not equal)
+            for shard in range(shards):
+                units.append(Unit(index, spec, "hf", h.path, shard, rows=declared // shards if declared else None))
     return units
 
 

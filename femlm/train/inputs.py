@@ -109,7 +109,8 @@ def load_blocks(cfg: Any, tokenizer: Any, dist: DistInfo) -> tuple[Any, Any]:
 
     token = broadcast_object(uuid.uuid4().hex if dist.is_main else None, dist)
     corpus = prepare_shared(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
-                            num_proc=cfg.data.num_proc, seed=cfg.seed, preparer=dist.local_rank == 0, token=token)
+                            num_proc=cfg.data.num_proc, seed=cfg.seed, preparer=dist.local_rank == 0, token=token,
+                            waiters=dist.distributed)
     return corpus.train, corpus.validation
 
 

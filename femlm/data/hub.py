@@ -50,7 +50,7 @@ HUB_READER_VERSION = 1  # bump when this reader's output changes (invalidates ca
 KEYS = ("config", "split", "text", "filter", "data_files", "revision", "streaming", "group")
 OPS = ("==", "!=", "~=")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
-_OPEN: dict[str, Any] = {}  # spec -> opened IterableDataset, per process
+_OPEN: dict[tuple[str, str], Any] = {}  # (spec, local files) -> opened IterableDataset, per process
 
 
 @dataclass(frozen=True)
@@ -186,9 +186,11 @@ def check_available(h: HubSpec, domain: str = "") -> None:
 
 
 def open_dataset(h: HubSpec, cache_dir: Path | None = None) -> Any:
-    """The source as an `IterableDataset` of shards (reshard: row groups), opened once per process."""
-    if h.spec in _OPEN:
-        return _OPEN[h.spec]
+    """The source as an `IterableDataset` of shards (reshard: row groups), opened once per process (a local
+    directory again when its files change)."""
+    handle = (h.spec, str(_local_files(h)) if h.local else "")
+    if handle in _OPEN:
+        return _OPEN[handle]
     import datasets
 
     check_available(h)
@@ -210,7 +212,7 @@ def open_dataset(h: HubSpec, cache_dir: Path | None = None) -> Any:
     finally:
         if enabled:
             datasets.enable_progress_bars()
-    _OPEN[h.spec] = ds
+    _OPEN[handle] = ds
     return ds
 
 
@@ -280,15 +282,21 @@ def check_fields(h: HubSpec, ds: Any) -> None:
                             f"{names[:20]}")
 
 
+def _local_files(h: HubSpec) -> list[list[Any]]:
+    """Each file of a local dataset directory: relative path, size, mtime (hidden files and caches left out)."""
+    root = Path(h.path)
+    if not root.is_dir():
+        return []
+    return [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".") and ".cache" not in p.relative_to(root).parts]
+
+
 def hub_key(h: HubSpec) -> dict[str, Any]:
     """Cache-key part: the spec, plus the resolved commit (Hub) or each file's size and mtime (local)."""
     key: dict[str, Any] = {"spec": h.spec, "reader": HUB_READER_VERSION}
     if h.local:
         check_available(h)
-        root = Path(h.path)
-        key["files"] = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns]
-                        for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".")
-                        and ".cache" not in p.relative_to(root).parts]
+        key["files"] = _local_files(h)
         return key
     check_available(h)
     try:
@@ -370,7 +378,7 @@ def table_documents(h: HubSpec, table: Any) -> list[str]:
 def declared_rows(h: HubSpec) -> int | None:
     """Rows of the split as the dataset card declares them (before any filter), when it does."""
     try:
-        ds = _OPEN.get(h.spec) or open_dataset(h)
+        ds = open_dataset(h)
         splits = ds.info.splits or {}
         info = splits.get(h.split)
         return int(info.num_examples) if info is not None and info.num_examples else None

@@ -82,18 +82,28 @@ class TokenBlocks:
         out = np.empty((len(rows), self.block_size), dtype=self.dtype)
         if not len(rows):
             return out
+        if not hasattr(os, "pread"):  # no positional reads (Windows): through the map
+            out[:] = self.array[rows]
+            return out
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
         breaks = np.flatnonzero(np.diff(rows) != 1) + 1
         for start, stop in zip(np.r_[0, breaks], np.r_[breaks, len(rows)], strict=True):
-            view = memoryview(out[start:stop]).cast("B")
-            offset, got = int(rows[start]) * self._row_bytes, 0
-            while got < len(view):
-                n = os.preadv(self._fd, [view[got:]], offset + got)
-                if n <= 0:
-                    raise OSError(f"{self.path}: unexpected end of file (the corpus file is truncated)")
-                got += n
+            self._read_into(memoryview(out[start:stop]).cast("B"), int(rows[start]) * self._row_bytes)
         return out
+
+    def _read_into(self, view: memoryview, offset: int) -> None:
+        got = 0
+        while got < len(view):
+            if hasattr(os, "preadv"):
+                n = os.preadv(self._fd, [view[got:]], offset + got)
+            else:
+                chunk = os.pread(self._fd, len(view) - got, offset + got)
+                view[got:got + len(chunk)] = chunk
+                n = len(chunk)
+            if n <= 0:
+                raise OSError(f"{self.path}: unexpected end of file (the corpus file is truncated)")
+            got += n
 
     def __getitem__(self, index: Any) -> Any:
         """Rows as an int32 torch tensor (a copy of just those rows): int, slice, index tensor/array/list."""

@@ -153,3 +153,18 @@ def test_domain_validate_parses_hub_specs() -> None:
         dataclasses.replace(DomainConfig("x", ["s2orc:cs"]), paper_sources=["hf:a/b?split=x&split=y"]).validate()
     spec = hub.parse_hub("hf:a/b?data_files=ComputerScience,*/train-*.parquet&filter=x%26y==1%3D2")
     assert spec.data_files == "ComputerScience,*/train-*.parquet" and str(spec.filters[0]) == "x&y==1=2"
+
+
+def test_prepared_hub_corpus_keys_offline_on_the_remembered_commit(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    spec = hub.parse_hub("hf:allenai/c4?config=realnewslike")
+    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info",
+                        lambda self, repo, revision=None: type("Info", (), {"sha": "abc123"})())
+    assert hub.hub_key(spec, tmp_path)["commit"] == "abc123"
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    assert hub.hub_key(spec, tmp_path)["commit"] == "abc123"  # offline: the commit it was prepared from
+    with pytest.raises(UserError, match="is unreachable"):
+        hub.hub_key(spec, tmp_path / "elsewhere")

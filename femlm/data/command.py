@@ -74,7 +74,7 @@ def dry_run_plan(cfg: Any, prepare_small: bool = True) -> CorpusPlan:
     from femlm.data.tokens import PreparedCorpus, is_prepared
 
     for spec in cfg.domain.sources:
-        check_source(spec, cfg.domain.name)
+        check_source(spec, cfg.domain.name, cfg.download)
     steps, per_step = _steps_and_sequences(cfg)
     tokenizer = corpus_tokenizer(cfg)
     key = corpus_key(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.seed)

@@ -32,6 +32,7 @@ A row is one document. Units of parallel work are the dataset's shards after `It
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -291,14 +292,50 @@ def _local_files(h: HubSpec) -> list[list[Any]]:
             if p.is_file() and not p.name.startswith(".") and ".cache" not in p.relative_to(root).parts]
 
 
-def hub_key(h: HubSpec) -> dict[str, Any]:
-    """Cache-key part: the spec, plus the resolved commit (Hub) or each file's size and mtime (local)."""
+def _commits_file(cache_dir: Path | None) -> Path | None:
+    return Path(cache_dir) / "commits.json" if cache_dir is not None else None
+
+
+def remembered_commit(h: HubSpec, cache_dir: Path | None) -> str | None:
+    """The commit this source resolved to when it was last reached (so a prepared corpus opens offline)."""
+    path = _commits_file(cache_dir)
+    try:
+        return json.loads(path.read_text()).get(f"{h.path}@{h.revision or 'main'}") if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def _remember(h: HubSpec, commit: str, cache_dir: Path | None) -> None:
+    path = _commits_file(cache_dir)
+    if path is None:
+        return
+    try:
+        known = json.loads(path.read_text()) if path.is_file() else {}
+        known[f"{h.path}@{h.revision or 'main'}"] = commit
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        pass  # only an optimisation for offline use
+
+
+def hub_key(h: HubSpec, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Cache-key part: the spec, plus the resolved commit (Hub) or each file's size and mtime (local).
+
+    Offline, a Hub source keys on the commit it resolved to when last reached (remembered under `cache_dir`),
+    so a corpus prepared online opens offline; never reached before, it is the one-line unreachable error."""
     key: dict[str, Any] = {"spec": h.spec, "reader": HUB_READER_VERSION}
     if h.local:
         check_available(h)
         key["files"] = _local_files(h)
         return key
-    check_available(h)
+    if not hub_reachable():
+        commit = remembered_commit(h, cache_dir)
+        if commit is None:
+            raise unreachable(h)
+        key["commit"] = commit
+        return key
     try:
         from huggingface_hub import HfApi
 
@@ -309,6 +346,7 @@ def hub_key(h: HubSpec) -> dict[str, Any]:
             raise UserError(f"domain source {h.spec!r}: dataset {h.path!r} (revision {h.revision or 'main'}) not "
                             "found on the Hub (a typo, or a gated / private dataset: `hf auth login`)") from None
         raise unreachable(h) from None
+    _remember(h, key["commit"], cache_dir)
     return key
 
 

@@ -134,16 +134,19 @@ def source_key(spec: str, download: DownloadConfig) -> Any:
     if kind == "file":
         return [spec, local_source_key(spec)]
     if kind == "hf":
-        return [spec, hub.hub_key(hub.parse_hub(spec))]
+        return [spec, hub.hub_key(hub.parse_hub(spec), hf_cache(download))]
     name, _ = split_source(spec)
     _, paths = registry_files(spec, download)
     shas = {f.role: f.sha256 or sha256_file(paths[f.role]) for f in get_entry(name).files if f.role in paths}
     return [spec, sorted(shas.items())]
 
 
-def check_source(spec: str, domain: str = "") -> None:
-    """Cheap validation of a source's syntax (and, for hf:, that it can be reached); no reading."""
+def check_source(spec: str, domain: str = "", download: DownloadConfig | None = None) -> None:
+    """Cheap validation of a source's syntax (and, for hf:, that it can be reached, or was when a corpus was
+    prepared from it: `hub.remembered_commit`); no reading."""
     if kind_of(spec) == "hf":
-        hub.check_available(hub.parse_hub(spec), domain)
+        h = hub.parse_hub(spec)
+        if h.local or download is None or hub.remembered_commit(h, hf_cache(download)) is None:
+            hub.check_available(h, domain)
     elif kind_of(spec) == "file":
         local_corpus_files(spec)

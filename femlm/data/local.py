@@ -19,7 +19,8 @@ Files of any size are read piece by piece (`femlm.data.streams`: parquet row gro
 
 Files are UTF-8 (a byte-order mark is dropped). Empty documents and exact duplicates are dropped as for
 every source. The block cache key holds, per file, its absolute path, size and sha256 (files up to
-`HASH_LIMIT` bytes) or mtime (larger files), so editing, adding or removing a file rebuilds the blocks.
+`HASH_LIMIT` bytes per source in all) or mtime (beyond), so editing, adding or removing a file rebuilds the
+blocks.
 
 **Tasks.** ``task.dataset`` that is a path (absolute, or starting with ``./``, ``../`` or ``~``, or holding
 a ``/``) names a local directory with ``train`` and ``dev`` files and optionally ``test``, each one of
@@ -55,7 +56,7 @@ from femlm.errors import UserError
 log = logging.getLogger(__name__)
 LOCAL_PREFIX = "file:"
 LOCAL_READER_VERSION = 1  # bump when the local readers' output changes (invalidates cached blocks)
-HASH_LIMIT = 32 * 2**20  # files up to this size are keyed by sha256, larger ones by mtime
+HASH_LIMIT = 32 * 2**20  # a source's files are keyed by sha256 up to this many bytes in all, the rest by mtime
 CORPUS_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TASK_SPLITS = ("train", "dev", "test")  # train and dev are required
 TASK_SUFFIXES = (".jsonl", ".tsv", ".csv")
@@ -139,12 +140,20 @@ def read_local_corpus(spec: str) -> list[str]:
 
 
 def local_source_key(spec: str) -> dict[str, Any]:
-    """What the block cache key holds for a ``file:`` source: each file's path, size and sha256 or mtime."""
+    """What the block cache key holds for a ``file:`` source: each file's path, size and sha256 or mtime.
+
+    Files are hashed while the source's hashed bytes stay within `HASH_LIMIT`; the rest are keyed by mtime, so
+    starting a run on a prepared multi-GB corpus of many small files costs stats, not a read of every file."""
     files = []
+    hashed = 0
     for path in local_corpus_files(spec):
         try:
             size = path.stat().st_size
-            stamp = {"sha256": sha256_file(path)} if size <= HASH_LIMIT else {"mtime_ns": path.stat().st_mtime_ns}
+            if hashed + size <= HASH_LIMIT:
+                stamp: dict[str, Any] = {"sha256": sha256_file(path)}
+                hashed += size
+            else:
+                stamp = {"mtime_ns": path.stat().st_mtime_ns}
         except OSError as err:
             raise UserError(f"{path} (domain source {spec!r}): cannot be read ({err.strerror or err})") from None
         files.append({"path": str(path), "bytes": size, **stamp})

@@ -3,7 +3,9 @@
     FEMLM_MIRROR=../shared/data .venv/bin/python benchmarks/bench_data.py [--domain cs] [--tokenizer bert-base-uncased]
 
 * femlm cold: `prepare_blocks` end to end into an empty cache (reads and parses the mirror files, splits
-  documents, tokenizes with ``datasets.map(num_proc)``, groups, saves to disk).
+  documents, tokenizes in worker processes, writes the token files; `femlm.data.prepare`). The mirror's
+  corpora are small, so preparation stays in one process here: benchmarks/bench_corpus.py measures the
+  parallel path on a large synthetic corpus.
 * run_mlm.py-style: the same documents already in memory, ``map(tokenize, return_special_tokens_mask=True)``
   then ``map(group_texts, batch_size=1000)`` exactly as transformers' examples/pytorch/language-modeling/
   run_mlm.py (no reading, no saving: this favours it).
@@ -75,7 +77,7 @@ def main() -> None:
             start = time.perf_counter()
             prepare_blocks(domain, tokenizer, args.block_size, download, cache, num_proc=args.num_proc)
             cached.append(time.perf_counter() - start)
-            meta = blocks_meta(Path(dd["train"].cache_files[0]["filename"]).parents[1])
+            meta = blocks_meta(dd.path)
         tokens = meta["train"]["tokens"] + meta["validation"]["tokens"]
         blocks = meta["train"]["blocks"] + meta["validation"]["blocks"]
 

@@ -120,7 +120,7 @@ def main() -> int:
                "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         command = [sys.executable, "-m", "femlm.cli", "pretrain-scratch", "preset=tiny", f"masking={args.masking}",
                    f"model.tokenizer={tokenizer}", f"domain.sources=[file:{corpus}]",
-                   f"data.block_size={args.block}", "data.eval_blocks=16", "data.num_proc=1",
+                   f"data.block_size={args.block}", "data.eval_blocks=16", "runtime.data_workers=1",
                    f"trainer.batch_size={args.batch}", f"trainer.max_steps={args.steps}",
                    f"runtime.eval_every={args.eval_every}", f"runtime.save_every={args.steps}",
                    f"runtime.log_every={args.log_every}", "runtime.threads=1", "runtime.device=cpu",

@@ -34,6 +34,8 @@ COMMANDS: dict[str, Command] = {
     "download": Command("Fetch datasets, tokenizers and model configs (or verify them in a local mirror).",
                         ("download", "logger"), "femlm.data.fetch:run_download", "femlm.data.fetch:plan_download",
                         positional="download.datasets"),
+    "prepare": Command("Read, sample and tokenize a domain corpus into the cache ahead of training; print its plan.",
+                       PRETRAIN, "femlm.data.command:run_prepare", "femlm.data.command:plan_prepare"),
     "pretrain-scratch": Command("Pre-train a masked LM from random weights (BERT-base on general text).",
                                 PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain", resumable=True),
     "continual-pretrain": Command("Continue pre-training a checkpoint on a domain corpus (CS, News).",

@@ -73,4 +73,5 @@ def tiny_local(local_inputs: dict[str, Path]) -> list[str]:
     return ["preset=tiny", f"model.tokenizer={local_inputs['tok']}", f"domain.sources=[file:{local_inputs['corpus']}]",
             "model.arch.hidden_size=16", "model.arch.num_hidden_layers=1", "model.arch.num_attention_heads=2",
             "model.arch.intermediate_size=32", "data.block_size=32", "data.eval_blocks=4", "trainer.batch_size=8",
-            "runtime.threads=1", "logger.progress=false", "logger.wandb.mode=disabled"]
+            "runtime.threads=1", "logger.progress=false", "logger.wandb.mode=disabled",
+            "trainer.max_passes=null"]

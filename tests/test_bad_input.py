@@ -43,6 +43,8 @@ class Case:
     needles: list[str]  # substrings the one error line must hold (after {placeholders} are filled)
     mirror: bool = False  # needs the data mirror (skipped without it)
     env: dict[str, str] = field(default_factory=dict)
+    # The corpus was prepared completely before the refusal: a valid cache entry (what `femlm prepare` leaves).
+    keeps_prepared_corpus: bool = False
 
 
 CASES = [
@@ -112,6 +114,17 @@ CASES = [
          ["{data}/task_badlabel/train.jsonl:2", "'maybe'", "['pos', 'neg']"]),
     Case("task-missing-split", ["finetune", *LOCAL_TASK, "task.dataset={data}/task_nodev"],
          ["task.dataset", "no dev file", "dev.jsonl"]),
+    # --- the corpus plan (issue 16) and dry runs through the real run's checks (issue 14) ------------------
+    Case("prepare-hub-unreachable", ["prepare", "preset=paper", "domain=cs"],
+         ["domain cs: the Hub corpus", "unreachable", "domain.sources"], env={"HF_HUB_OFFLINE": "1"}),
+    Case("too-many-passes", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
+         "domain.sources=[file:{data}/corpus.txt]", "trainer.max_steps=100000"],
+         ["passes over the", "trainer.max_passes=20", "domain.max_documents", "trainer.max_passes=null"],
+         keeps_prepared_corpus=True),
+    Case("corrupt-parquet", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
+         "domain.sources=[file:{data}/bad.parquet]"], ["{data}/bad.parquet"]),
+    Case("finetune-empty-checkpoint-dry-run", ["finetune", "--dry-run", "preset=tiny", "task=aclarc",
+         "model.name_or_path={data}/empty_ckpt"], ["model.name_or_path={data}/empty_ckpt", "no config.json"]),
     Case("evaluate-checkpoints-missing", ["evaluate", "preset=tiny", "evaluate.checkpoints=/nonexistent/dir"],
          ["evaluate.checkpoints=/nonexistent/dir", "no such file or directory", "evaluate.sweep=true"]),
 ]
@@ -149,6 +162,8 @@ def _write_data(data: Path) -> None:
     rng = random.Random(0)
     docs = ["\n".join(" ".join(f"w{rng.randrange(123)}" for _ in range(30)) for _ in range(3)) for _ in range(40)]
     (data / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    (data / "bad.parquet").write_bytes(b"PAR1 this is not a parquet file")
+    (data / "empty_ckpt").mkdir()
     good = '{"text": "w1 w2 w3", "label": "pos"}\n{"text": "w4 w5", "label": "neg"}\n'
     for name, train, dev in [
         ("task_malformed", good.replace('"neg"}', '"neg"'), good),  # line 2 lacks its closing brace
@@ -266,7 +281,8 @@ def test_bad_input(case: Case, cli, femlm_env: dict[str, str], fx: dict[str, str
     if cache.exists():
         partial = [p for p in cache.rglob("*") if any(m in p.name for m in PARTIAL_MARKERS)]
         assert not partial, partial
-        assert not list(cache.glob("blocks/*")), "blocks cached for a run that failed"
+        if not case.keeps_prepared_corpus:
+            assert not list(cache.glob("blocks/*")), "blocks cached for a run that failed"
         if case.id == "download-checksum-mismatch":
             assert not list(cache.rglob("dev.jsonl*")), "the damaged file was stamped or copied"
     if before:  # the refused resume left the earlier run exactly as it was

@@ -1,9 +1,9 @@
 """The reorganised code computes what the old code computed: a tiny pipeline's numbers against the golden file.
 
-tests/data/golden_tiny_run.json was written by tests/helpers/golden.py at the commit it records, before the
-configuration, model loading and training loop were reorganised (issue 14). Same configs, same seed, same
-results: losses and gradient norms to 1e-4 relative (fp32 kernels differ slightly between CPU models), counts and
-scores exactly.
+tests/data/golden_tiny_run.json was written by tests/helpers/golden.py (its "recorded" field says when): first
+before the configuration, model loading and training loop were reorganised (issue 14), which reproduced it; then
+once more when corpora began to be split by content hash (issue 16). Same configs, same seed, same results: losses
+and gradient norms to 1e-4 relative (fp32 kernels differ slightly between CPU models), counts and scores exactly.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from femlm.data import corpus
+from femlm.data import corpus, prepare, workers
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import blocks_meta, load_documents, prepare_blocks
 from femlm.data.registry import REGISTRY
@@ -52,20 +52,20 @@ def tokenizer(toy: tuple[DomainConfig, DownloadConfig, Path]):  # noqa: ANN201 (
 def test_blocks_are_exact_split_by_document_and_cached(toy, tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     domain, cfg, tmp = toy
     calls = {"n": 0}
-    real = corpus._tokenize
+    real = workers._tokenize_into
 
-    def counting(batch: dict, tokenizer: object) -> dict:
+    def counting(docs: list, handle: object, dtype: str) -> np.ndarray:
         calls["n"] += 1
-        return real(batch, tokenizer)
+        return real(docs, handle, dtype)
 
-    monkeypatch.setattr(corpus, "_tokenize", counting)
+    monkeypatch.setattr(workers, "_tokenize_into", counting)
     dd = prepare_blocks(domain, tokenizer, 32, cfg, tmp / "blocks-cache", num_proc=2, seed=0)
     assert set(dd) == {"train", "validation"} and calls["n"] > 0
     for split in dd.values():
-        ids = np.array(split["input_ids"])
-        assert ids.ndim == 2 and ids.shape[1] == 32 and split.column_names == ["input_ids"]
+        ids = split.numpy()
+        assert ids.ndim == 2 and ids.shape[1] == 32 and isinstance(split.array, np.memmap)
     # Each document is wrapped in [CLS] ... [SEP]; the first block starts a document.
-    train = np.array(dd["train"]["input_ids"]).ravel()
+    train = dd["train"].numpy().ravel()
     assert train[0] == tokenizer.cls_token_id
     # 32 train documents of ~40 tokens, fewer than 32 tokens dropped at the end: every [CLS] survives.
     assert (train == tokenizer.cls_token_id).sum() == 32
@@ -77,13 +77,13 @@ def test_blocks_are_exact_split_by_document_and_cached(toy, tokenizer, monkeypat
     # Second preparation: loaded from disk; no reading, no tokenizing.
     calls["n"] = 0
 
-    def no_documents(*args: object, **kwargs: object) -> list[str]:
+    def no_reading(*args: object, **kwargs: object) -> list:
         raise AssertionError("documents were read again")
 
-    monkeypatch.setattr(corpus, "load_documents", no_documents)
+    monkeypatch.setattr(prepare, "plan_units", no_reading)
     again = prepare_blocks(domain, tokenizer, 32, cfg, tmp / "blocks-cache", num_proc=2, seed=0)
     assert calls["n"] == 0
-    assert again["train"]["input_ids"] == dd["train"]["input_ids"]
+    assert (again["train"].numpy() == dd["train"].numpy()).all()
     # Any change of the key (block size, seed, tokenizer) is a different cache entry.
     with pytest.raises(AssertionError, match="read again"):
         prepare_blocks(domain, tokenizer, 16, cfg, tmp / "blocks-cache", seed=0)

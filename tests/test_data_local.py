@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from femlm.data import corpus, local
+from femlm.data import local, prepare
 from femlm.data.config import DomainConfig, DownloadConfig, TaskConfig
 from femlm.data.corpus import blocks_dir, blocks_meta, load_documents, prepare_blocks
 from femlm.data.registry import REGISTRY
@@ -64,7 +64,7 @@ def test_local_txt_jsonl_gz_corpus_to_blocks(env, tokenizer) -> None:
     assert docs == [*txt, *jsonl] and docs[0].count("\n") == 1
     dd = prepare_blocks(domain, tokenizer, 16, cfg, tmp / "blocks", num_proc=1)
     assert set(dd) == {"train", "validation"} and len(dd["train"]) > 0 and len(dd["validation"]) > 0
-    assert np.array(dd["train"]["input_ids"]).shape[1] == 16
+    assert dd["train"].numpy().shape[1] == 16
     meta = blocks_meta(blocks_dir(domain, tokenizer, 16, cfg, tmp / "blocks"))
     assert meta["documents"] == 14 and meta["validation"]["documents"] == 4
     files = [f["path"] for s in meta["key"]["sources"] for f in s[1]["files"]]
@@ -93,11 +93,11 @@ def test_editing_a_file_invalidates_the_cache(env, tokenizer, monkeypatch: pytes
     domain, cfg, tmp, _, _ = env
     first = prepare_blocks(domain, tokenizer, 16, cfg, tmp / "blocks", num_proc=1)
     before = blocks_dir(domain, tokenizer, 16, cfg, tmp / "blocks")
-    real = corpus.load_documents
-    monkeypatch.setattr(corpus, "load_documents", lambda *a, **k: pytest.fail("documents were read again"))
+    real = prepare.plan_units
+    monkeypatch.setattr(prepare, "plan_units", lambda *a, **k: pytest.fail("documents were read again"))
     again = prepare_blocks(domain, tokenizer, 16, cfg, tmp / "blocks", num_proc=1)  # from the cache
-    assert again["train"]["input_ids"] == first["train"]["input_ids"]
-    monkeypatch.setattr(corpus, "load_documents", real)
+    assert (again["train"].numpy() == first["train"].numpy()).all()
+    monkeypatch.setattr(prepare, "plan_units", real)
     path = tmp / "corpus" / "b.jsonl"
     stat = path.stat()
     path.write_text(path.read_text() + json.dumps({"text": "a brand new local document ."}) + "\n")

@@ -98,7 +98,8 @@ def test_tokenizers_and_configs(cfg: DownloadConfig) -> None:
 
 def test_domains_have_documents(cfg: DownloadConfig) -> None:
     sizes = {name: len(load_documents(domain(name), cfg)) for name in DOMAIN_NAMES}
-    assert sizes["cs"] > 3000 and sizes["news"] > 3000 and sizes["general"] > 100
+    # News: RealNews + Reuters samples only (the HyperPartisan articles are task text, not corpus text).
+    assert sizes["cs"] > 3000 and sizes["news"] > 2500 and sizes["general"] > 100
     small = load_documents(DomainConfig("cs", ["s2orc:cs"], max_documents=10), cfg, seed=3)
     assert len(small) == 10 and small == load_documents(
         DomainConfig("cs", ["s2orc:cs"], max_documents=10), cfg, seed=3)
@@ -117,7 +118,7 @@ def test_roberta_blocks_use_its_own_special_tokens(cfg: DownloadConfig, tmp_path
     tokenizer = load_tokenizer("roberta-base", cfg)
     domain = DomainConfig("cs", ["s2orc:cs"], max_documents=20, validation_fraction=0.1)
     dd = prepare_blocks(domain, tokenizer, 64, cfg, tmp_path, num_proc=1)
-    first = dd["train"][0]["input_ids"]
+    first = dd["train"][0].tolist()
     assert len(first) == 64 and first[0] == tokenizer.bos_token_id == 0
-    flat = [t for row in dd["train"]["input_ids"] for t in row]
+    flat = dd["train"].numpy().ravel().tolist()
     assert flat.count(tokenizer.cls_token_id) == 18  # one <s> per training document (18 of 20)

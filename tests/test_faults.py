@@ -38,7 +38,7 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"max_steps": 12, "save_every": 4, "eval_every": 4, "log_every": 1, "batch_size": 8, "keep_last": 2}
 # CLI runs on a local corpus with a 128-token vocabulary: no mirror, seconds per run.
-CLI_RUN = ["preset=tiny", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
+CLI_RUN = ["preset=tiny", "trainer.max_passes=null", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
            "logger.wandb.mode=disabled", "model.arch.hidden_size=16", "model.arch.num_hidden_layers=1",
            "model.arch.num_attention_heads=2", "model.arch.intermediate_size=32", "data.block_size=32",
            "trainer.batch_size=4", "runtime.log_every=1"]

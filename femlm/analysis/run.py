@@ -91,19 +91,20 @@ def load_model(cfg: Any, weights: bool = True) -> tuple[Any, torch.nn.Module | N
 
 
 def load_sequences(cfg: Any, tokenizer: Any, count: int | None = None) -> tuple[torch.Tensor, list[int]]:
-    """``count`` (default ``analysis.sequences``) validation blocks (a seeded choice), ``LongTensor[S, block_size]``."""
+    """``count`` (default ``analysis.sequences``) validation blocks (a seeded choice), ``LongTensor[S, block_size]``;
+    only the chosen rows are read from the memory-mapped blocks."""
     from femlm.data.corpus import prepare_blocks
 
     blocks = prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
-                            num_proc=cfg.data.num_proc, seed=cfg.seed)
-    val = np.asarray(blocks["validation"].with_format("numpy")["input_ids"], dtype=np.int64)
+                            num_proc=cfg.runtime.workers(), seed=cfg.seed)
+    val = blocks["validation"]
     want = count or cfg.analysis.sequences
     if len(val) < want:
         key = "analysis.sequences" if count is None else "analysis.pool / analysis.sequences"
         raise UserError(f"{key}={want}: domain {cfg.domain.name} has {len(val)} validation blocks of "
                         f"{cfg.data.block_size} tokens; lower analysis.sequences or data.block_size")
     picked = np.sort(np.random.default_rng([cfg.seed, 7]).choice(len(val), size=want, replace=False))
-    return torch.from_numpy(val[picked]), picked.tolist()
+    return val[picked].long(), picked.tolist()
 
 
 # ---------------------------------------------------------------------------------------------- outputs

@@ -6,11 +6,14 @@ Public API (imported lazily, so ``import femlm.data.config`` stays cheap for the
     REGISTRY, GROUPS, get_entry, expand_names           # what exists and where it comes from
     fetch_file, download_all, resolve_files             # mirror -> cache -> verified HTTP download
     load_task, task_data_notes                          # DatasetDict(text[, text_pair], label)
-    load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached fixed-length blocks
+    load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached memory-mapped token blocks
+    prepare_corpus, PreparedCorpus, TokenBlocks         # the preparation pipeline and its on-disk result
+    corpus_plan, check_passes, run_prepare              # plans (documents, tokens, blocks, passes); femlm prepare
     mirrored_tokenizer, train_wordpiece                 # tokenizer files (loading: femlm.models.load)
 
 Local data needs no registry entry (`femlm.data.local`): ``domain.sources`` may list ``file:<path|dir|glob>``
-(.txt / .jsonl, .gz too) and ``task.dataset`` may be a directory path with train/dev[/test] files.
+(.txt / .jsonl, .gz too, .parquet) and ``hf:<dataset>[?options]`` (`femlm.data.hub`), and ``task.dataset`` may
+be a directory path with train/dev[/test] files. See docs/corpora.md.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ _EXPORTS = {
     "femlm.data.tasks": ("load_task", "task_data_notes"),
     "femlm.data.corpus": ("blocks_dir", "blocks_meta", "load_documents", "prepare_blocks",
                           "tokenizer_fingerprint"),
+    "femlm.data.prepare": ("prepare_corpus",),
+    "femlm.data.tokens": ("PreparedCorpus", "TokenBlocks"),
+    "femlm.data.plan": ("CorpusPlan", "check_passes", "corpus_plan"),
+    "femlm.data.command": ("dry_run_plan", "run_prepare", "training_plan_from_blocks"),
     "femlm.data.tokenizer": ("mirrored_config_path", "mirrored_tokenizer", "train_wordpiece"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

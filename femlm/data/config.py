@@ -127,24 +127,36 @@ class TaskConfig:
 @dataclass
 class DomainConfig:
     name: str = "custom"
-    # Registry corpus names, optionally with a reader option after a colon (s2orc:cs keeps CS papers), and/or
-    # local files: file:<path, directory or glob> of .txt (blank-line-separated documents) or .jsonl ("text")
-    # files, .gz allowed (femlm.data.local).
+    # What is read, in order (femlm.data.sources): registry corpora, optionally with a reader option after a colon
+    # (s2orc:cs keeps CS papers; these are the offline mirror's samples, "stand-ins"); local files
+    # file:<path, directory or glob> of .txt (blank-line-separated documents), .jsonl ("text"), .gz of those, or
+    # .parquet ("text" column), any size; Hugging Face datasets hf:<owner>/<name>[?config=..&split=..&text=..&
+    # filter=..] or hf:<local dir in Hub layout>[?...] (femlm.data.hub), streamed.
     sources: list[str] = field(default_factory=list)
-    paper_documents: int | None = None  # documents the paper sampled
+    paper_documents: int | None = None  # documents the paper sampled (preset=paper: domain.max_documents)
     paper_total_documents: int | None = None  # documents of the full corpus it sampled from
     paper_steps: int | None = None  # the paper's pre-training steps on this domain
-    max_documents: int | None = None  # seeded document-level subsample of the corpus
+    # Seeded, exactly uniform sample of this many distinct documents (femlm.data.sample); null: every document.
+    # More than the corpus holds is an error.
+    max_documents: int | None = None
     validation_fraction: float = 0.05  # share of documents held out (whole documents, never blocks)
+    # Public sources that stand for the paper's corpus (preset=paper reads these: sources: ${domain.paper_sources}).
+    paper_sources: list[str] = field(default_factory=list)
+    paper_corpus: str = ""  # what the paper trained on, for notes ("S2ORC CS papers (DAPT's CS corpus)")
 
     def validate(self) -> None:
+        from femlm.data.hub import is_hub_source, parse_hub
+
         if not self.sources:
-            raise UserError(f"domain.sources is empty (domain {self.name}): list registry corpora and/or "
-                            "local files, e.g. [s2orc:cs, csabstruct, arxiv_cs] or [file:/data/corpus/*.txt]")
-        for spec in self.sources:
+            raise UserError(f"domain.sources is empty (domain {self.name}): list registry corpora, local files "
+                            "or Hugging Face datasets, e.g. [s2orc:cs, csabstruct, arxiv_cs], "
+                            "[file:/data/corpus/*.txt] or [hf:allenai/c4?config=realnewslike]")
+        for spec in [*self.sources, *self.paper_sources]:
             if spec.startswith("file:") and not spec[5:].strip():
                 raise UserError(f"domain.sources entry {spec!r} (domain {self.name}): give a file, directory or "
                                 "glob after file:, e.g. file:/data/corpus/*.txt")
+            if is_hub_source(spec):
+                parse_hub(spec)
         if self.max_documents is not None and self.max_documents < 2:
             raise UserError(f"domain.max_documents={self.max_documents} (domain {self.name}): "
                             "at least 2 (one train, one validation document), or null for all")
@@ -156,7 +168,6 @@ class DomainConfig:
 @dataclass
 class DataConfig:
     block_size: int = 512
-    num_proc: int = 2
     # Fixed held-out set: this many validation blocks, masked once with `eval_seed` for every strategy.
     eval_blocks: int = 256
     eval_seed: int = 1234
@@ -164,4 +175,4 @@ class DataConfig:
     def validate(self) -> None:
         if self.block_size < 8:
             raise UserError(f"data.block_size={self.block_size}: must be at least 8")
-        require_positive("data", self, "num_proc", "eval_blocks")
+        require_positive("data", self, "eval_blocks")

@@ -2,7 +2,9 @@
 
 A domain's local corpus is the union of its sources' documents (`femlm.data.corpus.load_documents`).
 Sources are registry names with an optional option after a colon: ``s2orc:cs`` keeps Computer Science
-papers, ``hyperpartisan_news:train`` keeps the articles outside the task's dev/test splits.
+papers, ``hyperpartisan_news:train`` keeps the articles outside the task's dev/test splits (task text: no
+domain preset uses it, since the paper and DAPT never pre-trained on task text; it is there for task-adaptive
+pre-training experiments).
 """
 
 from __future__ import annotations
@@ -130,8 +132,8 @@ def reuters_documents(path: Path) -> list[str]:
 
 
 def hyperpartisan_documents(paths: dict[str, Path], option: str | None = None) -> list[str]:
-    """HyperPartisan articles as news text (title + text). Option ``train`` (default in the news domain)
-    drops the task's dev and test articles so pre-training never sees them; ``all`` keeps every article."""
+    """HyperPartisan articles as news text (title + text): task text, for task-adaptive pre-training only (no
+    domain preset reads it). Option ``train`` drops the task's dev and test articles; ``all`` keeps every article."""
     if option not in (None, "train", "all"):
         raise UserError(f"source option hyperpartisan_news:{option}: allowed :train or :all")
     articles = read_semeval_articles(paths["articles"])

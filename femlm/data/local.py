@@ -11,10 +11,16 @@ Matches are read in sorted order; directories a glob matches are skipped. Format
   logged when such a file has several lines): for one document per line, put a blank line between them.
 * ``.jsonl`` (``.jsonl.gz``): one JSON object per line with a string ``"text"`` (other keys ignored, blank
   lines skipped, ``"text": null`` is an empty document).
+* ``.parquet``: a string column ``text`` (other columns ignored; for another column, or a filter, read the
+  directory as an ``hf:`` source: ``hf:/data/corpus?text=body``).
+
+Files of any size are read piece by piece (`femlm.data.streams`: parquet row groups, 64 MiB ranges of plain
+``.jsonl``), so preparation never holds a whole file and several processes share one large file.
 
 Files are UTF-8 (a byte-order mark is dropped). Empty documents and exact duplicates are dropped as for
 every source. The block cache key holds, per file, its absolute path, size and sha256 (files up to
-`HASH_LIMIT` bytes) or mtime (larger files), so editing, adding or removing a file rebuilds the blocks.
+`HASH_LIMIT` bytes per source in all) or mtime (beyond), so editing, adding or removing a file rebuilds the
+blocks.
 
 **Tasks.** ``task.dataset`` that is a path (absolute, or starting with ``./``, ``../`` or ``~``, or holding
 a ``/``) names a local directory with ``train`` and ``dev`` files and optionally ``test``, each one of
@@ -44,13 +50,14 @@ from femlm.data.config import TaskConfig
 from femlm.data.fetch import sha256_file
 from femlm.data.readers import Rows, iter_jsonl
 from femlm.data.registry import ALIASES, REGISTRY
+from femlm.data.streams import pieces, read_piece
 from femlm.errors import UserError
 
 log = logging.getLogger(__name__)
 LOCAL_PREFIX = "file:"
 LOCAL_READER_VERSION = 1  # bump when the local readers' output changes (invalidates cached blocks)
-HASH_LIMIT = 32 * 2**20  # files up to this size are keyed by sha256, larger ones by mtime
-CORPUS_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz")
+HASH_LIMIT = 32 * 2**20  # a source's files are keyed by sha256 up to this many bytes in all, the rest by mtime
+CORPUS_SUFFIXES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".parquet")
 TASK_SPLITS = ("train", "dev", "test")  # train and dev are required
 TASK_SUFFIXES = (".jsonl", ".tsv", ".csv")
 
@@ -121,57 +128,32 @@ def local_corpus_files(spec: str) -> list[Path]:
     return out
 
 
-def _txt_documents(path: Path) -> list[str]:
-    docs: list[str] = []
-    current: list[str] = []
-    lines = separators = 0
-    with _reading(path) as handle:
-        for line in handle:
-            stripped = line.strip()
-            if stripped:
-                current.append(stripped)
-                lines += 1
-            elif current:
-                docs.append("\n".join(current))
-                current = []
-                separators += 1
-    if current:
-        docs.append("\n".join(current))
-    if lines > 1 and separators == 0:
-        log.warning("%s: no blank line, so its %d lines are read as ONE document; separate documents with "
-                    "blank lines", path, lines)
-    return docs
-
-
-def _jsonl_documents(path: Path) -> list[str]:
-    docs: list[str] = []
-    with _reading(path) as handle:
-        for lineno, obj in iter_jsonl(handle, path, 'a "text" field'):
-            if "text" not in obj:
-                raise UserError(f'{path}:{lineno}: no "text" field; the object has keys {_keys(obj)}')
-            text = obj["text"]
-            if text is not None and not isinstance(text, str):
-                raise UserError(f'{path}:{lineno}: "text" is a {type(text).__name__}, not a string')
-            docs.append(text or "")
-    return docs
-
-
 def read_local_corpus(spec: str) -> list[str]:
-    """Every document of a ``file:`` source, file by file in sorted order."""
+    """Every document of a ``file:`` source, file by file in sorted order (in memory: small corpora only;
+    preparation streams the same files piece by piece, `femlm.data.streams`)."""
     docs: list[str] = []
     for path in local_corpus_files(spec):
-        plain = path.name.removesuffix(".gz")
-        docs.extend(_jsonl_documents(path) if plain.endswith(".jsonl") else _txt_documents(path))
+        for piece in pieces(path):
+            for batch in read_piece(path, piece["part"], piece["start"], piece["stop"]):
+                docs.extend(batch)
     return docs
 
 
 def local_source_key(spec: str) -> dict[str, Any]:
-    """What the block cache key holds for a ``file:`` source: each file's path, size and sha256 or mtime."""
+    """What the block cache key holds for a ``file:`` source: each file's path, size and sha256 or mtime.
+
+    Files are hashed while the source's hashed bytes stay within `HASH_LIMIT`; the rest are keyed by mtime, so
+    starting a run on a prepared multi-GB corpus of many small files costs stats, not a read of every file."""
     files = []
+    hashed = 0
     for path in local_corpus_files(spec):
         try:
             size = path.stat().st_size
-            stamp = {"sha256": sha256_file(path)} if size <= HASH_LIMIT else {"mtime_ns": path.stat().st_mtime_ns}
+            if hashed + size <= HASH_LIMIT:
+                stamp: dict[str, Any] = {"sha256": sha256_file(path)}
+                hashed += size
+            else:
+                stamp = {"mtime_ns": path.stat().st_mtime_ns}
         except OSError as err:
             raise UserError(f"{path} (domain source {spec!r}): cannot be read ({err.strerror or err})") from None
         files.append({"path": str(path), "bytes": size, **stamp})

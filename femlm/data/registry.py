@@ -3,8 +3,7 @@
 Entries (`femlm.data.catalog` holds the tables): DAPT tasks ``citation_intent`` (ACL-ARC), ``sciie``
 (SciERC), ``hyperpartisan_news``, ``ag`` plus ``chemprot`` and ``rct``; GLUE ``mnli`` (dev_matched /
 dev_mismatched), ``qqp``, ``qnli``, ``sst2``, ``cola``, ``stsb``, ``mrpc``, ``rte``, ``wnli``; corpora
-``s2orc``, ``csabstruct``, ``arxiv_cs`` (cs domain), ``realnews``, ``reuters21578`` (+ HyperPartisan
-articles; news domain), ``wikitext2`` (general domain); tokenizers/model configs ``bert-base-uncased``,
+``s2orc``, ``csabstruct``, ``arxiv_cs`` (cs domain), ``realnews``, ``reuters21578`` (news domain), ``wikitext2`` (general domain); tokenizers/model configs ``bert-base-uncased``,
 ``roberta-base``. Groups: ``all``, ``dapt``, ``glue``, ``corpora``, ``tokenizers``; the domain names
 ``cs``, ``news``, ``general`` expand to their corpora, and task names (``aclarc``, ``agnews``, ...) to
 their dataset.

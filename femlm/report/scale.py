@@ -64,8 +64,9 @@ def corpus_stats(run: PretrainRun) -> dict[str, Any]:
     """The training split's documents / tokens / blocks: summary.json["corpus"] where a run records it, else
     the line femlm.data.corpus logs into the run's Hydra job log (``blocks for domain X: {...}``)."""
     corpus = run.summary.get("corpus")
-    if isinstance(corpus, dict):
-        return corpus.get("train") if isinstance(corpus.get("train"), dict) else corpus
+    if isinstance(corpus, dict):  # femlm.data.plan.CorpusPlan.as_dict(): per-split counts under "splits"
+        splits = corpus.get("splits") if isinstance(corpus.get("splits"), dict) else corpus
+        return splits.get("train") if isinstance(splits.get("train"), dict) else splits
     for log in sorted(run.dir.glob("*.log")):
         try:
             found = _BLOCKS_LOG.findall(log.read_text(errors="replace"))
@@ -92,6 +93,11 @@ def corpus_text(run: PretrainRun | None, domain: Any) -> str:
                     ).get("max_documents")
         if max_docs:
             parts.append(f"subsampled to {max_docs:,} documents")
+        corpus = run.summary.get("corpus") if isinstance(run.summary.get("corpus"), dict) else {}
+        if isinstance(corpus.get("passes"), (int, float)):
+            parts.append(f"{corpus['passes']:,.1f} passes over it")
+        if corpus.get("stand_in") and corpus.get("note"):
+            parts.append(str(corpus["note"]))  # a run on the offline mirror's samples says so everywhere
     return f"{domain or '?'} corpus" + (f" ({'; '.join(parts)})" if parts else " (size not recorded)")
 
 

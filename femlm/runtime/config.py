@@ -3,6 +3,7 @@
 # ruff: noqa: UP045 - Optional[...]: OmegaConf structured configs read these annotations at run time
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,6 +31,9 @@ class RuntimeConfig:
     # Project to the vocabulary (and run the last BERT layer) only at masked positions: same loss and
     # gradients as the dense computation, a fraction of its cost (femlm/train/sparse_layer.py).
     sparse_prediction: bool = True
+    # Worker processes that prepare (read, sample, tokenize) a corpus; None: every CPU core. The prepared blocks
+    # are the same for any number (femlm.data.prepare).
+    data_workers: Optional[int] = None
     log_every: int = 10  # optimizer steps between training-loss records
     eval_every: int = 1000  # steps between held-out evaluations (also at step 0 and at the end)
     save_every: int = 5000  # steps between milestone checkpoints and resumable states
@@ -38,7 +42,12 @@ class RuntimeConfig:
     def validate(self) -> None:
         require_device("runtime", self.device)
         require_choice("runtime", "precision", self.precision, PRECISIONS)
-        require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", allow_none=True)
+        require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", "data_workers",
+                         allow_none=True)
         require_positive("runtime", self, "log_every", "eval_every", "save_every", "keep_last")
         if self.precision == "fp16" and self.device == "cpu":
             raise UserError("runtime.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
+
+    def workers(self) -> int:
+        """Corpus-preparation worker processes: `data_workers`, or every CPU core."""
+        return self.data_workers or os.cpu_count() or 1

@@ -36,9 +36,14 @@ class TrainerConfig:
     warmup_ratio: float = 0.06
     schedule: str = "linear"
     grad_clip: float = 1.0
+    # Refuse a run that would pass over its training blocks more often than this (the paper's CS run makes
+    # ~11 passes over 72k documents); null allows any number (femlm.data.plan).
+    max_passes: Optional[float] = 20.0
 
     def validate(self) -> None:
         require_positive("trainer", self, "batch_size", "max_steps")
+        if self.max_passes is not None and self.max_passes <= 0:
+            raise UserError(f"trainer.max_passes={self.max_passes}: must be positive, or null for no limit")
         if self.lr <= 0:
             raise UserError(f"trainer.lr={self.lr}: must be > 0")
         if not 0 <= self.warmup_ratio < 1:

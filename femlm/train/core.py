@@ -91,9 +91,10 @@ def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) 
 class PretrainCore:
     """Model + optimizer + schedule + data order + masker: `step(s)` performs optimizer update s."""
 
-    def __init__(self, model: nn.Module, masker: Any, blocks: torch.Tensor, tcfg: TrainerConfig,
-                 runtime: RuntimeConfig, seed: int, dist: DistInfo | None = None,
-                 max_steps: int | None = None) -> None:
+    def __init__(self, model: nn.Module, masker: Any, blocks: Any, tcfg: TrainerConfig, runtime: RuntimeConfig,
+                 seed: int, dist: DistInfo | None = None, max_steps: int | None = None) -> None:
+        # blocks: [N, L] token ids, a tensor or femlm.data.tokens.TokenBlocks (memory-mapped): only the rows of
+        # each step are gathered, so the corpus is never loaded whole into memory.
         from transformers import get_scheduler
 
         self.dist = dist or DistInfo()

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from femlm.masking import build_masker, word_start_table
@@ -22,7 +21,7 @@ from femlm.models.load import (
     scratch_config,
     tokenizer_for,
 )
-from femlm.train.distributed import DistInfo, barrier
+from femlm.train.distributed import DistInfo, barrier, broadcast_object
 
 
 # ----------------------------------------------------------------------------------------------- model
@@ -94,22 +93,19 @@ def shared_wordpiece(cfg: Any) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------- data
-def load_blocks(cfg: Any, tokenizer: Any, dist: DistInfo) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train [N, L], validation [M, L]) int32 token blocks of the domain (cached by femlm.data)."""
-    from femlm.data.corpus import prepare_blocks
+def load_blocks(cfg: Any, tokenizer: Any, dist: DistInfo) -> tuple[Any, Any]:
+    """(train [N, L], validation [M, L]) token blocks of the domain, memory-mapped (femlm.data.tokens.TokenBlocks:
+    indexing returns int32 tensors of just the rows asked for). Local rank 0 prepares the corpus when it is not
+    cached; the other ranks wait for it on the file system, not in a collective (femlm.data.shared)."""
+    import uuid
 
-    def prepare() -> Any:
-        return prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download,
-                              cfg.download.cache_path(), num_proc=cfg.data.num_proc, seed=cfg.seed)
+    from femlm.data.shared import prepare_shared
 
-    if not dist.is_main:
-        barrier(dist)  # rank 0 tokenizes and fills the cache first; the others then just load it
-    blocks = prepare()
-    if dist.is_main:
-        barrier(dist)
-    train = torch.from_numpy(np.asarray(blocks["train"].with_format("numpy")["input_ids"], dtype=np.int32))
-    val = torch.from_numpy(np.asarray(blocks["validation"].with_format("numpy")["input_ids"], dtype=np.int32))
-    return train, val
+    token = broadcast_object(uuid.uuid4().hex if dist.is_main else None, dist)
+    corpus = prepare_shared(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
+                            num_proc=cfg.runtime.workers(), seed=cfg.seed, preparer=dist.local_rank == 0, token=token,
+                            waiters=dist.distributed)
+    return corpus.train, corpus.validation
 
 
 def make_masker(cfg: Any, tokenizer: Any) -> Any:

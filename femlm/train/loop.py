@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from femlm.data.command import training_plan_from_blocks
 from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
 from femlm.runtime.device import configure_process, precision_name
@@ -79,6 +80,9 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     if train_blocks.shape[0] == 0 or val_blocks.shape[0] == 0:
         raise UserError(f"domain {cfg.domain.name}: no train or validation blocks of data.block_size="
                         f"{cfg.data.block_size}; add documents or lower data.block_size")
+    corpus = training_plan_from_blocks(cfg, train_blocks)  # refuses a run past trainer.max_passes
+    if corpus is not None and dist.is_main:
+        print("\n".join(corpus.lines()), flush=True)
     core = PretrainCore(model, inputs.make_masker(cfg, tokenizer), train_blocks, cfg.trainer, rt, cfg.seed, dist)
     eval_set = build_eval_set(val_blocks, cfg.data.eval_blocks, cfg.data.eval_seed, tokenizer)
     torch.manual_seed(mix_seed(cfg.seed, 1, dist.rank))  # per-rank dropout streams
@@ -116,7 +120,7 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                 last_good = save(progress, milestone=step % rt.save_every == 0) or last_good
             if interrupted:
                 raise KeyboardInterrupt(f"stopped after step {step} of {max_steps}; state saved at step {step}")
-    return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist)
+    return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist, corpus)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -207,7 +211,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
 
 
 def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None,
-            progress: Progress, dist: DistInfo) -> dict[str, Any]:
+            progress: Progress, dist: DistInfo, corpus: Any) -> dict[str, Any]:
     from femlm.runs import hardware
 
     evals = [r for r in ckpt.read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
@@ -222,6 +226,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "seen": {k: v for k, v in asdict(progress).items() if k not in ("step", "train_s")},
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
+               "corpus": corpus.as_dict() if corpus is not None else None,
                "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware()}
     if dist.is_main:
         info = _checkpoint_info(cfg, cfg.trainer.max_steps, run_dir, init_from)

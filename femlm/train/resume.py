@@ -3,7 +3,8 @@
 `pretrain_config.json` holds the run's config; a resume may change the `runtime` section (speed and cadence:
 device, threads, precision, micro-batches, log/eval/save), `logger` (what is recorded, the variance probe),
 `download` (where files are read from; their checksums do not change), `dry_run`, `resume` itself, and
-`trainer.max_steps` (to extend a run: the schedule stretches from the current step). Anything else differing
+`trainer.max_steps` (to extend a run: the schedule stretches from the current step) with its guard
+`trainer.max_passes`. Anything else differing
 is refused with the first differing key.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 from femlm.errors import UserError
 
 CONFIG_FILE = "pretrain_config.json"
-MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "experiment")
+MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "trainer.max_passes",
+              "experiment")
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 `run_pipeline(root, cli)` pre-trains a 1-layer BERT from scratch on a local corpus (FE-MLM, 6 steps),
 continues it with MLM (3 steps) and fine-tunes it on a local two-label task (1 seed, 1 epoch), all in fp32
 on one thread, and returns the numbers each stage logged. `tests/data/golden_tiny_run.json` holds what the
-code produced before the configuration/loader/loop reorganisation of issue 14 (the commit is recorded in the
-file); tests/test_behaviour_unchanged.py runs the pipeline again and compares.
+code produced (its "recorded" field says when and why); tests/test_behaviour_unchanged.py runs the pipeline again
+and compares. It was first recorded before the configuration/loader/loop reorganisation of issue 14 and that
+reorganisation reproduced it; it was re-recorded once since, when issue 16 changed how corpora are split.
 
 Regenerate (only when a change of behaviour is intended, and say so in the commit):
     python -m tests.helpers.golden --write

@@ -159,7 +159,7 @@ def main() -> None:
         f"{'HF DataCollatorForLanguageModeling':<36} {args.step_batch:>7} {sec * 1e3:>9.2f} {100 * sec / step:>8.2f}%"
     )
     for name, (cfg, col) in collators.items():
-        n = sequences_per_batch(args.step_batch, cfg.num_copies, cfg.equal_compute)
+        n = sequences_per_batch(args.step_batch, cfg.num_copies)
         sec = median_time(lambda col=col, n=n: col(feats[:n]), args.repeats)
         print(f"{name:<36} {n:>7} {sec * 1e3:>9.2f} {100 * sec / step:>8.2f}%")
 

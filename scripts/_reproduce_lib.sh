@@ -117,7 +117,7 @@ require_configs() {
   local group=$1 name
   shift
   for name in "$@"; do
-    [[ -f $REPO_ROOT/conf/$group/$name.yaml ]] || die "conf/$group/$name.yaml not found (the experiment names $group=$name)"
+    [[ -f $REPO_ROOT/femlm/conf/$group/$name.yaml ]] || die "femlm/conf/$group/$name.yaml not found (the experiment names $group=$name)"
   done
 }
 

@@ -56,7 +56,7 @@ print_estimate() {
 
 # The paper's tables, one experiment at a time -------------------------------------------------------------
 
-# Fine-tune the released model as is: the RoBERTa row (Table 2) / BERT-base ReEval (Table 3).
+# Fine-tune the released model as is: the RoBERTa row (continual table: tab:eval_2, printed Table 1) / BERT-base ReEval (tab:average).
 run_baseline() {
   local exp=$1 runs model task seeds
   local -a tasks

@@ -7,7 +7,7 @@
 #   3. continue pre-training each on the CS corpus                                          3 x ~1 min
 #   4. fine-tune each continual checkpoint on ACL-ARC and SciERC with 3 seeds               6 x ~1.7 min
 #   5. femlm analyze both on the FE-MLM checkpoint before and after continual pre-training  2 x ~1.5 min
-#   6. femlm report -> results/tiny/ (README.md, Table 2 as md/tex/csv, figures)
+#   6. femlm report -> results/tiny/ (README.md, the continual pre-training table -- tab:eval_2, printed as Table 1 -- as md/tex/csv, figures)
 #
 # Usage: FEMLM_MIRROR=/path/to/shared/data scripts/reproduce_tiny.sh
 # Re-running skips finished steps (fixed run directories under runs/tiny/) and resumes a cut pre-training.

@@ -14,7 +14,7 @@ import pytest
 from femlm.data import shared
 from femlm.data.command import dry_run_plan, run_prepare, training_plan_from_blocks
 from femlm.data.config import DataConfig, DomainConfig, DownloadConfig
-from femlm.data.plan import check_passes, corpus_plan, sequences_per_step, stand_in_note
+from femlm.data.plan import check_passes, corpus_plan, run_reads, stand_in_note
 from femlm.data.prepare import corpus_dir, corpus_key
 from femlm.data.tokenizer import train_wordpiece
 from femlm.errors import UserError
@@ -30,8 +30,11 @@ META = {"train": {"documents": 3036, "tokens": 624_164, "blocks": 1219}, "valida
 
 def test_passes_and_the_refusal() -> None:
     fe = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)
-    per_step = sequences_per_step(48, fe)
-    assert per_step == 12 and sequences_per_step(48, MaskingConfig()) == 48  # the MLM arm: 4x the passes
+    trainer = TrainerConfig(batch_size=48, max_steps=40_000)
+    steps, per_step = run_reads(trainer, fe)
+    assert (steps, per_step) == (40_000, 12) and run_reads(trainer, MaskingConfig()) == (40_000, 48)  # MLM: 4x
+    same_sequences = TrainerConfig(batch_size=48, max_steps=40_000, equal_compute="same_sequences")
+    assert run_reads(same_sequences, fe) == (10_000, 48)  # K-copy arm: max_steps / K steps of batch_size sequences
     plan = corpus_plan(META, domain_config("cs"), 512, 40_000, per_step)
     assert plan.stand_in and plan.passes == pytest.approx(40_000 * 12 / 1219)
     text = "\n".join(plan.lines())

@@ -67,11 +67,10 @@ def test_every_masking_arm_composes_with_the_papers_values() -> None:
 
 
 def test_sequences_per_batch() -> None:
-    assert sequences_per_batch(32, 4, True) == 8
-    assert sequences_per_batch(32, 4, False) == 32
-    assert sequences_per_batch(32, 1, True) == 32
+    assert sequences_per_batch(32, 4) == 8
+    assert sequences_per_batch(32, 1) == 32
     with pytest.raises(MaskingConfigError, match="rows=30"):
-        sequences_per_batch(30, 4, True)
+        sequences_per_batch(30, 4)
 
 
 # ---------------------------------------------------------------------------------------------- collator

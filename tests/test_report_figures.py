@@ -18,7 +18,7 @@ def pretrain_run(folder: Path, masking: str, command: str = "continual-pretrain"
     """summary.json + metrics.jsonl + config.yaml + run.json as a pre-training run leaves them."""
     folder.mkdir(parents=True, exist_ok=True)
     summary = {"kind": "pretrain", "command": command, "masking": masking, "domain": domain, "model": "tiny",
-               "steps": 150, "final_eval_loss": 5.0, "first_eval_loss": 7.0, "tokens_per_s": 1234.5,
+               "steps": 150, "final_eval_loss": 5.0, "first_eval_loss": 7.0, "row_tokens_per_s": 1234.5,
                "tokens_seen": 614400, "wall_s": 120.0, "hardware": {"cpus": 2, "torch_threads": 2}}
     (folder / "summary.json").write_text(json.dumps(summary))
     lines = [{"step": s, "loss": 8 - s / 50, "lr": 1e-3} for s in (10, 20)]

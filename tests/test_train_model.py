@@ -151,7 +151,7 @@ def test_trained_checkpoint_loads_with_plain_transformers(tmp_path: Path, monkey
     assert (tmp_path / "run" / "loss_curve.png").is_file()
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     for key in ("kind", "command", "masking", "domain", "model", "steps", "final_eval_loss", "first_eval_loss",
-                "tokens_per_s", "wall_s", "hardware"):
+                "row_tokens_per_s", "seen", "equal_compute", "wall_s", "hardware"):
         assert key in saved
     assert summary["steps"] == 4
 

@@ -23,10 +23,10 @@ has, by the law of total variance applied to one slot and Theorem 1 to its K cop
 Arms at R rows per step (``analysis.batch_rows``, the run's ``trainer.batch_size``):
 
 * MLM: S = R, K = 1: ``(sigma_d2 + sigma_m2) / R``.
-* FE / iid, **same rows per step** (``masking.equal_compute: true``): S = R / K sequences x K copies:
+* FE / iid, **same rows per step** (``trainer.equal_compute: same_rows``): S = R / K sequences x K copies:
   ``(K sigma_d2 + sigma_m2 + (K - 1) c) / R``.
-* FE / iid, **same sequences per step** (``equal_compute: false``): S = R sequences x K copies = R K rows,
-  K times the compute of a step: ``(sigma_d2 + sigma_m2 / K + (1 - 1/K) c) / R``; equal compute gives FE K
+* FE / iid, **same sequences per step** (``trainer.equal_compute: same_sequences``): S = R sequences x K
+  copies = R K rows, K times the compute of a step: ``(sigma_d2 + sigma_m2 / K + (1 - 1/K) c) / R``; equal compute gives FE K
   times fewer steps, so it is compared through variance x rows per step.
 
 Per unit compute (variance x rows per step) **both modes give the same comparison**: ``K sigma_d2 + sigma_m2 +
@@ -112,7 +112,7 @@ def check_rows_fit(rows: int, num_masks: list[int]) -> None:
     bad = [k for k in num_masks if rows % k]
     if bad:
         raise ValueError(f"batch rows R={rows} is not a multiple of K={bad[0]}: the same-rows arm holds R / K "
-                         f"sequences x K copies (masking.equal_compute=true needs the same)")
+                         f"sequences x K copies (trainer.equal_compute=same_rows needs the same)")
 
 
 # ---------------------------------------------------------------------------------------------- terms

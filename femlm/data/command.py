@@ -16,7 +16,7 @@ from femlm.data.plan import (
     check_passes,
     corpus_plan,
     corpus_summary,
-    sequences_per_step,
+    run_reads,
 )
 from femlm.data.sources import check_source, kind_of
 
@@ -39,7 +39,7 @@ def _steps_and_sequences(cfg: Any) -> tuple[int, int]:
     trainer = getattr(cfg, "trainer", None)
     if trainer is None or getattr(cfg, "masking", None) is None:
         return 0, 0
-    return int(trainer.max_steps), sequences_per_step(trainer.batch_size, cfg.masking)
+    return run_reads(trainer, cfg.masking)
 
 
 def _local_bytes(cfg: Any) -> int | None:

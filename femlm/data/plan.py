@@ -47,12 +47,13 @@ def stand_in_note(domain: DomainConfig, documents: int | None = None) -> str:
             "results do not reproduce the paper's scale")
 
 
-def sequences_per_step(batch_size: int, masking: Any, world_size: int = 1) -> int:
-    """Source blocks one optimizer step consumes (FE-MLM with equal compute: batch_size / splits)."""
-    from femlm.masking import sequences_per_batch
+def run_reads(trainer: Any, masking: Any) -> tuple[int, int]:
+    """(optimizer steps, source blocks per step) of a run (femlm.train.compute: the same total for every arm at
+    equal compute under same_sequences; K times fewer for a K-copy arm under same_rows)."""
+    from femlm.train.compute import step_layout
 
-    per_rank = sequences_per_batch(batch_size // world_size, masking.num_copies, masking.equal_compute)
-    return per_rank * world_size
+    layout = step_layout(trainer.equal_compute, trainer.batch_size, trainer.max_steps, masking.num_copies)
+    return layout.steps, layout.sequences
 
 
 @dataclass

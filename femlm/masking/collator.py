@@ -1,9 +1,10 @@
-"""HF-compatible data collator around a :class:`Masker`, plus equal-compute batch sizing.
+"""HF-compatible data collator around a :class:`Masker`, plus batch sizing at equal rows.
 
-Equal compute and the K-mask gradient (paper Eq. 5)
-----------------------------------------------------
-With ``equal_compute: true`` a batch of ``B`` rows holds ``B/K`` sequences times K masked copies, so FE-MLM
-costs the same forward/backward FLOPs as the MLM baseline with ``B`` rows. The model's loss is the usual
+K copies and the K-mask gradient (paper Eq. 5)
+----------------------------------------------
+A batch of ``B`` rows can hold ``B/K`` sequences times K masked copies (`sequences_per_batch`), so FE-MLM costs
+the same forward/backward FLOPs as the MLM baseline with ``B`` rows (femlm.train.compute has both of femlm's
+equal-compute readings). The model's loss is the usual
 token mean of the cross-entropy over all labelled positions of all rows. This equals the paper's K-mask
 gradient ``g(m_1..m_K) = 1/K * sum_k g(m_k)`` because every copy of sequence ``b`` masks exactly ``tau_b``
 tokens: copy ``k`` contributes ``T = sum_b tau_b`` labelled tokens, the same ``T`` for every ``k``, so
@@ -35,19 +36,14 @@ from .words import word_start_table
 _PASS_THROUGH = {"token_type_ids": 0}
 
 
-def sequences_per_batch(rows: int, num_masks: int, equal_compute: bool) -> int:
-    """How many source sequences to put in a batch of ``rows`` model rows.
-
-    ``equal_compute=True``: ``rows / num_masks`` sequences (each becomes ``num_masks`` rows) -- ``rows`` must be a
-    multiple of ``num_masks``. ``equal_compute=False``: ``rows`` sequences, i.e. ``rows * num_masks`` model rows.
-    """
+def sequences_per_batch(rows: int, num_masks: int) -> int:
+    """How many source sequences fill a batch of ``rows`` model rows when each becomes ``num_masks`` copies
+    (``rows`` must be a multiple of ``num_masks``)."""
     if rows < 1 or num_masks < 1:
         raise MaskingConfigError(f"rows={rows}, num_masks={num_masks} are invalid; allowed: both >= 1")
-    if not equal_compute:
-        return rows
     if rows % num_masks:
         raise MaskingConfigError(
-            f"batch rows={rows} is invalid with masking.num_masks={num_masks} and equal_compute=true; "
+            f"batch rows={rows} is invalid with masking.num_masks={num_masks}; "
             f"allowed: a multiple of {num_masks} (e.g. {max(num_masks, rows - rows % num_masks)})"
         )
     return rows // num_masks

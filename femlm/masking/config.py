@@ -51,8 +51,6 @@ class MaskingConfig:
       mask_replace_prob / random_replace_prob: of the chosen positions, the share replaced by the mask
         token / by a uniformly random token id; the rest keep the original token (BERT's 80/10/10).
       span_p, span_min, span_max: truncated geometric law of span lengths in words (SpanBERT: 0.2, 1, 10).
-      equal_compute: if true a batch of ``rows`` rows holds ``rows / K`` sequences times K copies
-        (same forward/backward cost as the baseline); if false every sequence of the batch gets K rows.
       replacement: ``token`` (an 80/10/10 draw per masked token, BERT) or ``span`` (one draw per run of
         masked tokens, SpanBERT's ``--replacement-method span``); ``span`` needs whole_word/span granularity.
     """
@@ -68,7 +66,6 @@ class MaskingConfig:
     span_p: float = 0.2
     span_min: int = 1
     span_max: int = 10
-    equal_compute: bool = True
     replacement: str = "token"
 
     @property
@@ -135,8 +132,6 @@ class MaskingConfig:
                 f"masking.count='bernoulli' is invalid with masking.granularity={self.granularity!r}; "
                 "allowed: granularity=subword"
             )
-        if not isinstance(self.equal_compute, bool):
-            raise bad("equal_compute", self.equal_compute, "true | false")
         if self.replacement not in REPLACEMENTS:
             raise bad("replacement", self.replacement, " | ".join(REPLACEMENTS))
         if self.replacement == "span" and self.granularity == "subword":

@@ -23,6 +23,7 @@ from femlm.report.paper import (
     TABLE2_COLUMNS,
     TABLE2_REPORTED,
     TABLE3_REPORTED,
+    TABLE_NAMES,
     TASK_HEADERS,
     Column,
     ReportedRow,
@@ -202,8 +203,8 @@ def _table(key: str, title: str, columns: tuple[Column, ...], reported: tuple[Re
 
 
 def table2(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    table = _table("table2", "Table 2: continual pre-training (CS: ACL-ARC, SciERC; News: HyperPartisan, "
-                   "AGNews)", TABLE2_COLUMNS, TABLE2_REPORTED, collection, phrase, commit, decimals)
+    table = _table("table2", f"{TABLE_NAMES['table2']}: continual pre-training (CS: ACL-ARC, SciERC; News: "
+                   "HyperPartisan, AGNews)", TABLE2_COLUMNS, TABLE2_REPORTED, collection, phrase, commit, decimals)
     table.notes.insert(0, "ACL-ARC and SciERC use the checkpoint continually pre-trained on the CS corpus, "
                           "HyperPartisan and AGNews the one pre-trained on News (as in the paper).")
     expected = {**dict.fromkeys(CS_TASKS, "cs"), **dict.fromkeys(NEWS_TASKS, "news")}
@@ -215,12 +216,13 @@ def table2(collection: Collection, phrase: str, commit: str, decimals: int = 2) 
 
 
 def table1(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    return _table("table1", "Table 1: GLUE dev, MLM vs FE-MLM pre-trained from scratch", TABLE1_COLUMNS,
+    return _table("table1", f"{TABLE_NAMES['table1']}: GLUE dev, MLM vs FE-MLM pre-trained from scratch",
+                  TABLE1_COLUMNS,
                   TABLE1_REPORTED, collection, phrase, commit, decimals)
 
 
 def table3(first: Table, collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    """GLUE average of each Table 1 row; only rows with all nine GLUE numbers get an average."""
+    """GLUE average of each GLUE-table row (source label tab:eval_1); only rows with all nine GLUE numbers get an average."""
     rows, notes = [], []
     for row in first.measured:
         cells = [row.cells.get(t) for t in GLUE_TASKS]
@@ -241,8 +243,8 @@ def table3(first: Table, collection: Collection, phrase: str, commit: str, decim
         rows.append(Row(row.label, "measured", {"avg": avg}, detail={"glue_numbers": have}))
     used = [r for r in collection.finetune if any(t in GLUE_TASKS for t in r.scores)]
     text, facts = scale_of(used, collection, phrase, commit)
-    return Table("table3", "Table 3: GLUE dev average", (Column("Avg. Score", ("avg",)),), rows,
-                 reported_rows(TABLE3_REPORTED), "average over the 9 GLUE dev numbers of Table 1 (MNLI-m and "
+    return Table("table3", f"{TABLE_NAMES['table3']}: GLUE dev average", (Column("Avg. Score", ("avg",)),), rows,
+                 reported_rows(TABLE3_REPORTED), "average over the 9 GLUE dev numbers of the GLUE table (MNLI-m and "
                  "MNLI-mm separately) × 100; ± is the std over seeds of the per-seed average", text, facts,
                  PAPER_SCALE["table3"], notes)
 
@@ -283,7 +285,7 @@ def split_series(collection: Collection) -> dict[str, list[tuple[int, float, flo
     """task -> [(K masks, mean x100, std, n)] over FE-MLM runs that differ only in K (the ablation).
 
     Runs are grouped by masking ratio too: the paper's sweep masks 12.5% per split, so its K=4 point is not
-    Table 2's FE-MLM arm (15%); the ratio with the most distinct K values is the sweep.
+    the continual pre-training table's FE-MLM arm (15%); the ratio with the most distinct K values is the sweep.
     """
     groups: dict[tuple[str, float | None, int], list[FinetuneResult]] = defaultdict(list)
     for result in collection.finetune:

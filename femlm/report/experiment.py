@@ -14,7 +14,6 @@ never parses YAML itself:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,9 @@ from femlm.errors import UserError
 
 
 def conf_dir() -> Path:
-    default = Path(__file__).resolve().parents[2] / "conf"
-    return Path(os.environ.get("FEMLM_CONF", default)).resolve()
+    from femlm.compose import CONF_DIR
+
+    return CONF_DIR
 
 
 def names() -> list[str]:

@@ -39,16 +39,22 @@ def pretrain_rows(collection: Collection) -> list[list[str]]:
             value = summary.get(key)
             return format(value, fmt) if isinstance(value, (int, float)) else "—"
 
+        seen = s.get("seen") if isinstance(s.get("seen"), dict) else {}
         rows.append([str(run.dir), str(s.get("command") or "—"), arm_label(s.get("masking")),
-                     str(s.get("domain") or "—"), str(s.get("model") or "—"), num("steps", "d"),
-                     num("first_eval_loss", ".4f"), num("final_eval_loss", ".4f"), num("tokens_per_s", ",.0f"),
+                     str(s.get("domain") or "—"), str(s.get("model") or "—"), str(s.get("equal_compute") or "—"),
+                     num("steps", "d"), num("sequences", ",d", seen), num("source_tokens", ",d", seen),
+                     num("rows", ",d", seen), num("masked_targets", ",d", seen), num("train_flops", ".3g", seen),
+                     num("first_eval_loss", ".4f"), num("final_eval_loss", ".4f"), num("row_tokens_per_s", ",.0f"),
                      num("wall_s", ",.0f"), hardware_text(s.get("hardware") or run.info.get("hardware")) or "—",
                      str(run.info.get("git_commit") or "—")])
     return rows
 
 
-PRETRAIN_HEADER = ["run", "command", "arm", "domain", "model", "steps", "first eval loss", "final eval loss",
-                   "tokens/s", "wall s", "hardware", "git commit"]
+# What a run processed, counted separately (a K-copy arm reads fewer sequences per row than MLM at same_rows):
+# source sequences and their tokens, model rows (a sequence counts once per masked copy), masked targets, FLOPs.
+PRETRAIN_HEADER = ["run", "command", "arm", "domain", "model", "equal compute", "steps", "sequences seen",
+                   "source tokens seen", "rows processed", "masked targets", "train FLOPs", "first eval loss",
+                   "final eval loss", "row tokens/s", "wall s", "hardware", "git commit"]
 
 
 # analysis.json keys worth a line in the README, first: the test of the assumption (Spearman rho between

@@ -101,6 +101,17 @@ def corpus_text(run: PretrainRun | None, domain: Any) -> str:
     return f"{domain or '?'} corpus" + (f" ({'; '.join(parts)})" if parts else " (size not recorded)")
 
 
+def seen_text(run: PretrainRun | None, equal_compute: Any) -> str:
+    """', equal compute same_rows: 1,200 sequences (153,600 source tokens), 4,800 rows, 2,880 masked targets,
+    1.2e+12 FLOPs': what a pre-training run processed, each count on its own (summary.json "seen")."""
+    seen = run.summary.get("seen") if run is not None and isinstance(run.summary.get("seen"), dict) else {}
+    if not seen:
+        return f", equal compute {equal_compute}" if equal_compute else ""
+    return (f", equal compute {equal_compute or '?'}: {seen.get('sequences', 0):,} sequences "
+            f"({seen.get('source_tokens', 0):,} source tokens), {seen.get('rows', 0):,} rows, "
+            f"{seen.get('masked_targets', 0):,} masked targets, {seen.get('train_flops', 0):.2g} FLOPs")
+
+
 def scale_of(results: list[FinetuneResult], collection: Collection, phrase: str, report_commit: str
              ) -> tuple[str, dict[str, Any]]:
     """The statement (text, and the same facts as a dict for .meta.json) for the runs behind a table."""
@@ -116,6 +127,7 @@ def scale_of(results: list[FinetuneResult], collection: Collection, phrase: str,
             run = _pretrain_run(pre, runs)
             step, max_steps = pre.get("step"), pre.get("max_steps")
             steps = f"{step} steps" if step == max_steps or not max_steps else f"step {step} of {max_steps}"
+            steps += seen_text(run, pre.get("equal_compute"))
             origin = ""
             if pre.get("init_from"):
                 # The last path parts name the starting checkpoint well enough (runs/tiny/scratch_x/...).

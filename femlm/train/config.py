@@ -25,9 +25,10 @@ class VarianceProbeConfig:
 
 @dataclass
 class TrainerConfig:
-    # Model rows (masked copies) per optimizer step, all processes together; see masking.equal_compute for
-    # how rows are shared between sequences and copies.
+    # Per optimizer step, all processes together: model rows (equal_compute=same_rows) or source sequences
+    # (same_sequences); femlm/train/compute.py says how a K-copy arm (FE-MLM, the i.i.d. control) fits in.
     batch_size: int = 48
+    equal_compute: str = "same_rows"  # same_rows | same_sequences
     max_steps: int = 40000
     lr: float = 1e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
@@ -49,6 +50,7 @@ class TrainerConfig:
         if not 0 <= self.warmup_ratio < 1:
             raise UserError(f"trainer.warmup_ratio={self.warmup_ratio}: must be in [0, 1)")
         require_choice("trainer", "schedule", self.schedule, ("linear", "constant", "cosine"))
+        require_choice("trainer", "equal_compute", self.equal_compute, ("same_rows", "same_sequences"))
 
 
 @dataclass

@@ -21,12 +21,13 @@ import torch
 from torch import nn
 
 from femlm.errors import UserError
-from femlm.masking import make_generator, sequences_per_batch
+from femlm.masking import make_generator
 from femlm.masking.sampling import mix_seed
 from femlm.models.load import param_groups
 from femlm.runtime.config import RuntimeConfig
 from femlm.runtime.device import pick_precision
 from femlm.runtime.host_memory import keep_freed_memory
+from femlm.train.compute import step_layout
 from femlm.train.config import TrainerConfig
 from femlm.train.distributed import DistInfo, all_reduce_sum
 from femlm.train.evaluation import EvalSet
@@ -103,18 +104,12 @@ class PretrainCore:
             keep_freed_memory()
         self.tcfg, self.runtime, self.seed, self.masker = tcfg, runtime, seed, masker
         self.blocks = blocks
-        self.max_steps = max_steps or tcfg.max_steps
         world, k = self.dist.world_size, masker.num_copies
-        if tcfg.batch_size % world:
-            raise UserError(f"trainer.batch_size={tcfg.batch_size} must be a multiple of the number of processes "
-                            f"({world})")
-        self.rank_rows = tcfg.batch_size // world
-        try:
-            self.rank_sequences = sequences_per_batch(self.rank_rows, k, masker.cfg.equal_compute)
-        except ValueError as err:
-            raise UserError(f"trainer.batch_size={tcfg.batch_size} over {world} process(es): {err}") from None
-        self.step_sequences = self.rank_sequences * world
-        self.rank_model_rows = self.rank_sequences * k  # = rank_rows under equal compute
+        self.layout = step_layout(tcfg.equal_compute, tcfg.batch_size, tcfg.max_steps, k, world)
+        self.max_steps = max_steps or self.layout.steps
+        self.step_sequences = self.layout.sequences
+        self.rank_sequences = self.layout.sequences // world
+        self.rank_model_rows = self.rank_sequences * k
         self.micro_rows = runtime.micro_batch_size or self.rank_model_rows
         self.order = DataOrder(blocks.shape[0], seed)
         self.block_size = int(blocks.shape[1])

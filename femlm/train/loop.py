@@ -51,6 +51,11 @@ class Progress:
     masked_targets: int = 0  # labelled positions the loss was computed on
     train_flops: float = 0.0  # model FLOPs (femlm.train.flops; MLM definition, dense encoder)
 
+    def seen(self) -> dict[str, float]:
+        """The cumulative counts, as metrics.jsonl records them (every train and eval record)."""
+        return {"sequences_seen": self.sequences, "source_tokens_seen": self.source_tokens, "rows_seen": self.rows,
+                "masked_targets_seen": self.masked_targets, "train_flops": self.train_flops}
+
     def add(self, stats: StepStats, core: PretrainCore, seconds: float) -> None:
         self.step, self.train_s = stats.step, self.train_s + seconds
         self.sequences += core.step_sequences
@@ -71,7 +76,7 @@ def run_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
 
 
 def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
-    rt, max_steps = cfg.runtime, cfg.trainer.max_steps
+    rt = cfg.runtime
     run_dir = share_run_dir(run.dir, dist)
     resuming = _prepare_run_dir(cfg, run_dir, dist)
     _seed_everything(cfg.seed)  # same seed on every rank: identical initial weights
@@ -87,6 +92,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     eval_set = build_eval_set(val_blocks, cfg.data.eval_blocks, cfg.data.eval_seed, tokenizer)
     torch.manual_seed(mix_seed(cfg.seed, 1, dist.rank))  # per-rank dropout streams
     progress = _restore(core, run_dir, resuming, run, dist)
+    # Steps and cadences of this arm: a K-copy arm under equal_compute=same_sequences runs max_steps / K steps.
+    max_steps, every = core.max_steps, core.layout.every
     run.created = False  # from here on the directory holds results: no error handler may delete it
     last_good = ckpt.latest_state(run_dir / "checkpoints") if dist.is_main else None
     save = _saver(cfg, run_dir, core, tokenizer, init_from, dist)
@@ -94,7 +101,7 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     with Recorder(run, cfg.logger, run_dir, name, config_dict(cfg), max_steps, progress.step, dist.is_main) as rec, \
             StopRequest(dist) as stop:
         if progress.step == 0:
-            rec.log(**_evaluate(core, eval_set, 0, rec))
+            rec.log(**_evaluate(core, eval_set, 0, rec), **progress.seen())
         window = [0, 0.0]  # tokens and seconds since the last log record
         for step in range(progress.step + 1, max_steps + 1):
             t0 = time.perf_counter()
@@ -104,20 +111,20 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
             window = [window[0] + stats.rows * core.block_size, window[1] + seconds]
             rec.bar.update(1)
             last = step == max_steps
-            if step % rt.log_every == 0 or last:
+            if step % every(rt.log_every) == 0 or last:
                 speed = round(window[0] / max(window[1], 1e-9), 1)
-                rec.log(step=step, loss=stats.loss, lr=stats.lr, tokens_per_s=speed, rows=stats.rows,
-                        masked_tokens=stats.masked_tokens, grad_norm=stats.grad_norm)
+                rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, rows=stats.rows,
+                        masked_tokens=stats.masked_tokens, grad_norm=stats.grad_norm, **progress.seen())
                 rec.show(loss=stats.loss, tok_s=f"{speed:.0f}")
                 window = [0, 0.0]
             probe = cfg.logger.variance_probe
             if probe.enabled and step % probe.every == 0 and dist.is_main:
                 rec.log(step=step, **gradient_variance(core, step, probe.remasks, list(probe.parameters)))
-            if step % rt.eval_every == 0 or last:
-                rec.log(**_evaluate(core, eval_set, step, rec))
+            if step % every(rt.eval_every) == 0 or last:
+                rec.log(**_evaluate(core, eval_set, step, rec), **progress.seen())
             interrupted = not last and stop.agreed()
-            if step % rt.save_every == 0 or last or interrupted:
-                last_good = save(progress, milestone=step % rt.save_every == 0) or last_good
+            if step % every(rt.save_every) == 0 or last or interrupted:
+                last_good = save(progress, milestone=step % every(rt.save_every) == 0) or last_good
             if interrupted:
                 raise KeyboardInterrupt(f"stopped after step {step} of {max_steps}; state saved at step {step}")
     return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist, corpus)
@@ -183,12 +190,12 @@ def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -
     return {"step": step, "eval_loss": loss, "eval_accuracy": accuracy}
 
 
-def _checkpoint_info(cfg: Any, step: int, run_dir: Path, init_from: str | None) -> dict[str, Any]:
+def _checkpoint_info(cfg: Any, step: int, max_steps: int, run_dir: Path, init_from: str | None) -> dict[str, Any]:
     m = cfg.masking
     return {"kind": "pretrain", "command": cfg.command, "masking": m.name, "strategy": m.strategy,
             "granularity": m.granularity, "num_masks": m.num_copies, "domain": cfg.domain.name,
-            "model": cfg.model.name, "step": step, "max_steps": cfg.trainer.max_steps,
-            "run_dir": str(run_dir), "init_from": init_from}
+            "model": cfg.model.name, "step": step, "max_steps": max_steps,
+            "equal_compute": cfg.trainer.equal_compute, "run_dir": str(run_dir), "init_from": init_from}
 
 
 def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None, dist: DistInfo):
@@ -199,7 +206,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
         rngs = gather_objects(ckpt.rng_state(), dist)  # collective: every rank takes part
         if not dist.is_main:
             return None
-        info = _checkpoint_info(cfg, progress.step, run_dir, init_from)
+        info = _checkpoint_info(cfg, progress.step, core.max_steps, run_dir, init_from)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
         state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
@@ -217,11 +224,13 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
     evals = [r for r in ckpt.read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
     final_loss = evals[-1]["eval_loss"] if evals else None
     summary = {"kind": "pretrain", "command": cfg.command, "masking": cfg.masking.name, "domain": cfg.domain.name,
-               "model": cfg.model.name, "steps": cfg.trainer.max_steps,
+               "model": cfg.model.name, "steps": core.max_steps, "max_steps": cfg.trainer.max_steps,
+               "equal_compute": cfg.trainer.equal_compute, "rows_per_step": core.layout.rows,
+               "sequences_per_step": core.layout.sequences,
                "final_eval_loss": final_loss if final_loss is not None and math.isfinite(final_loss) else None,
                "first_eval_loss": evals[0]["eval_loss"] if evals else None,
                "final_eval_accuracy": evals[-1].get("eval_accuracy") if evals else None,
-               "tokens_per_s": round(progress.rows * core.block_size / progress.train_s, 1)
+               "row_tokens_per_s": round(progress.rows * core.block_size / progress.train_s, 1)
                if progress.train_s > 0 else None,
                "seen": {k: v for k, v in asdict(progress).items() if k not in ("step", "train_s")},
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
@@ -229,7 +238,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "corpus": corpus.as_dict() if corpus is not None else None,
                "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware()}
     if dist.is_main:
-        info = _checkpoint_info(cfg, cfg.trainer.max_steps, run_dir, init_from)
+        info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, init_from)
         ckpt.save_model(run_dir / "checkpoints" / "final", core.objective.model, tokenizer, info)
         run.write_json("summary.json", summary)
         try:

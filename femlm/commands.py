@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-PRETRAIN = ("model", "domain", "data", "masking", "trainer", "runtime", "download", "logger")
+from femlm.train.config import PRETRAIN_SECTIONS as PRETRAIN
+
 FINETUNE = ("model", "task", "finetune", "runtime", "download", "logger")
 
 
@@ -35,7 +36,7 @@ COMMANDS: dict[str, Command] = {
                         ("download", "logger"), "femlm.data.fetch:run_download", "femlm.data.fetch:plan_download",
                         positional="download.datasets"),
     "prepare": Command("Read, sample and tokenize a domain corpus into the cache ahead of training; print its plan.",
-                       PRETRAIN, "femlm.data.command:run_prepare", "femlm.data.command:plan_prepare"),
+                       PRETRAIN, "femlm.train.corpus:run_prepare", "femlm.train.corpus:plan_prepare"),
     "pretrain-scratch": Command("Pre-train a masked LM from random weights (BERT-base on general text).",
                                 PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain", resumable=True),
     "continual-pretrain": Command("Continue pre-training a checkpoint on a domain corpus (CS, News).",

@@ -7,16 +7,13 @@ wheel installed anywhere composes exactly what the source tree does.
 from __future__ import annotations
 
 import re
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import yaml
 
+from femlm import CONF_DIR
 from femlm.commands import COMMANDS, config_name
 from femlm.errors import UserError
-
-CONF_DIR = Path(str(resources.files("femlm").joinpath("conf")))
 
 
 def config_groups(command: str) -> dict[str, list[str]]:

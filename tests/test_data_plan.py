@@ -12,9 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from femlm.data import shared
-from femlm.data.command import dry_run_plan, run_prepare, training_plan_from_blocks
 from femlm.data.config import DataConfig, DomainConfig, DownloadConfig
-from femlm.data.plan import check_passes, corpus_plan, run_reads, stand_in_note
+from femlm.data.plan import check_passes, corpus_plan, stand_in_note
 from femlm.data.prepare import corpus_dir, corpus_key
 from femlm.data.tokenizer import train_wordpiece
 from femlm.errors import UserError
@@ -22,6 +21,7 @@ from femlm.masking import MaskingConfig
 from femlm.models.load import load_tokenizer
 from femlm.runtime.config import RuntimeConfig
 from femlm.train.config import TrainerConfig
+from femlm.train.corpus import dry_run_plan, run_prepare, run_reads, training_plan_from_blocks
 from helpers.configs import domain as domain_config
 
 META = {"train": {"documents": 3036, "tokens": 624_164, "blocks": 1219}, "validation":

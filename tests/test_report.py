@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from femlm.errors import UserError
+from femlm.paper import GLUE_TASKS, TABLE1_REPORTED, TABLE3_REPORTED, normalise_task, parse_reported
 from femlm.report.build import table1, table2, table3
 from femlm.report.collect import arm_of, collect
 from femlm.report.config import ReportConfig
-from femlm.report.paper import GLUE_TASKS, TABLE1_REPORTED, TABLE3_REPORTED, normalise_task, parse_reported
 from femlm.report.report import run_report
 from femlm.report.tables import Cell, to_csv, to_latex, to_markdown
 

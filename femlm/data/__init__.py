@@ -8,7 +8,7 @@ Public API (imported lazily, so ``import femlm.data.config`` stays cheap for the
     load_task, task_data_notes                          # DatasetDict(text[, text_pair], label)
     load_documents, prepare_blocks, blocks_meta         # domain corpus -> cached memory-mapped token blocks
     prepare_corpus, PreparedCorpus, TokenBlocks         # the preparation pipeline and its on-disk result
-    corpus_plan, check_passes, run_prepare              # plans (documents, tokens, blocks, passes); femlm prepare
+    corpus_plan, check_passes                           # plans: documents, tokens, blocks, passes
     mirrored_tokenizer, train_wordpiece                 # tokenizer files (loading: femlm.models.load)
 
 Local data needs no registry entry (`femlm.data.local`): ``domain.sources`` may list ``file:<path|dir|glob>``
@@ -31,7 +31,6 @@ _EXPORTS = {
     "femlm.data.prepare": ("prepare_corpus",),
     "femlm.data.tokens": ("PreparedCorpus", "TokenBlocks"),
     "femlm.data.plan": ("CorpusPlan", "check_passes", "corpus_plan"),
-    "femlm.data.command": ("dry_run_plan", "run_prepare", "training_plan_from_blocks"),
     "femlm.data.tokenizer": ("mirrored_config_path", "mirrored_tokenizer", "train_wordpiece"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

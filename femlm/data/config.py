@@ -61,7 +61,7 @@ class TaskConfig:
     stopping with patience 3, 512 tokens, warmup 6%, weight decay 0.1, scored on test); conf/task/_glue.yaml
     holds the BERT GLUE recipe. ``text_fields`` and ``labels`` default to the registry dataset's own;
     regression (STS-B) is ``metric: pearson_spearman``. The paper's numbers for a task live in
-    femlm.report.paper, the one transcription of the paper.
+    femlm.paper, the one transcription of the paper.
     """
 
     name: str = "custom"

@@ -47,15 +47,6 @@ def stand_in_note(domain: DomainConfig, documents: int | None = None) -> str:
             "results do not reproduce the paper's scale")
 
 
-def run_reads(trainer: Any, masking: Any) -> tuple[int, int]:
-    """(optimizer steps, source blocks per step) of a run (femlm.train.compute: the same total for every arm at
-    equal compute under same_sequences; K times fewer for a K-copy arm under same_rows)."""
-    from femlm.train.compute import step_layout
-
-    layout = step_layout(trainer.equal_compute, trainer.batch_size, trainer.max_steps, masking.num_copies)
-    return layout.steps, layout.sequences
-
-
 @dataclass
 class CorpusPlan:
     domain: str

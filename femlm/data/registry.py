@@ -37,13 +37,12 @@ REGISTRY: dict[str, DatasetEntry] = load_catalog()
 
 def _conf(group: str) -> dict[str, dict]:
     """The package's femlm/conf/<group>/*.yaml options (shared blocks excluded), by name."""
-    from importlib import resources
-
     import yaml
 
-    folder = resources.files("femlm").joinpath("conf", group)
-    return {p.name[:-5]: yaml.safe_load(p.read_text()) or {} for p in folder.iterdir()
-            if p.name.endswith(".yaml") and not p.name.startswith("_")}
+    from femlm import CONF_DIR
+
+    return {p.stem: yaml.safe_load(p.read_text()) or {} for p in sorted((CONF_DIR / group).glob("*.yaml"))
+            if not p.stem.startswith("_")}
 
 
 GROUPS: dict[str, tuple[str, ...]] = {

@@ -27,7 +27,7 @@ from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.results import aggregate_seeds, finite, format_score, write_predictions
 from femlm.models.checkpoints import ensure_obtainable, inspect_checkpoint, position_limit
 from femlm.models.load import load_classifier, load_config, tokenizer_for
-from femlm.report.paper import reported_for_task
+from femlm.paper import reported_for_task
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
 

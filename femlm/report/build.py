@@ -12,8 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from femlm.report.collect import Arm, Collection, FinetuneResult
-from femlm.report.paper import (
+from femlm.paper import (
     CS_TASKS,
     GLUE_TASKS,
     NEWS_TASKS,
@@ -30,6 +29,7 @@ from femlm.report.paper import (
     normalise_task,
     parse_reported,
 )
+from femlm.report.collect import Arm, Collection, FinetuneResult
 from femlm.report.scale import scale_of
 from femlm.report.tables import Cell, Row, Table
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
-from femlm.report.paper import normalise_task
+from femlm.paper import normalise_task
 
 RESULT_FILES = {"results.json": "finetune", "efficiency.json": "efficiency", "summary.json": "pretrain",
                 "analysis.json": "analysis"}

@@ -24,7 +24,7 @@ from femlm.errors import UserError
 
 
 def conf_dir() -> Path:
-    from femlm.compose import CONF_DIR
+    from femlm import CONF_DIR
 
     return CONF_DIR
 

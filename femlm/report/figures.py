@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from femlm.paper import TASK_HEADERS
 from femlm.report.build import arm_label, efficiency_series, split_series
 from femlm.report.collect import Collection
-from femlm.report.paper import TASK_HEADERS
 
 
 @dataclass

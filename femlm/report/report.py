@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.paper import CITATION, REFERENCE
 from femlm.report.build import arm_label, table1, table2, table3
 from femlm.report.collect import Collection, collect
 from femlm.report.figures import Figure, write_figures
-from femlm.report.paper import CITATION, REFERENCE
 from femlm.report.scale import hardware_text
 from femlm.report.tables import Table, to_markdown, write_table
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from femlm.report.paper import CITATION, REFERENCE, Column
+from femlm.paper import CITATION, REFERENCE, Column
 
 MISSING = "—"  # a cell with no number, in Markdown and LaTeX (the CSV leaves it empty)
 
@@ -142,7 +142,7 @@ def _num(value: float | None) -> str:
 
 
 def csv_header(table: Table) -> list[str]:
-    from femlm.report.paper import TASK_HEADERS
+    from femlm.paper import TASK_HEADERS
 
     header = ["source", "model"]
     for task in table.tasks:

@@ -8,6 +8,9 @@ from typing import Optional
 
 from femlm.errors import UserError, require_choice, require_positive
 
+# The config sections a pre-training run reads (femlm.commands registers the commands with them).
+PRETRAIN_SECTIONS = ("model", "domain", "data", "masking", "trainer", "runtime", "download", "logger")
+
 
 @dataclass
 class VarianceProbeConfig:

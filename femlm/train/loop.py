@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from femlm.data.command import training_plan_from_blocks
 from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
 from femlm.runtime.device import configure_process, precision_name
 from femlm.train import checkpoint as ckpt
 from femlm.train import inputs
 from femlm.train.core import NonFiniteLoss, PretrainCore, StepStats
+from femlm.train.corpus import training_plan_from_blocks
 from femlm.train.distributed import DistInfo, broadcast_object, gather_objects, process_group, share_run_dir
 from femlm.train.evaluation import EvalSet, build_eval_set
 from femlm.train.interrupt import StopRequest

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from femlm.data.command import check_sources, dry_run_plan
 from femlm.data.plan import check_passes
+from femlm.train.corpus import check_sources, dry_run_plan
 from femlm.train.distributed import DistInfo
 from femlm.train.inputs import make_masker, tokenizer_and_config
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.train.config import PRETRAIN_SECTIONS
 
 CONFIG_FILE = "pretrain_config.json"
 MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "trainer.max_passes",
@@ -25,12 +26,11 @@ MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
-    """The typed config as JSON-ready data, the sections a pre-training run reads only."""
-    from femlm.commands import COMMANDS
-    from femlm.config import TOP_LEVEL
-
+    """The typed config as JSON-ready data: the top-level keys and the sections a pre-training run reads."""
+    keep = [f.name for f in dataclasses.fields(cfg)
+            if f.name in PRETRAIN_SECTIONS or not dataclasses.is_dataclass(getattr(cfg, f.name))]
     data = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
-    return {k: data[k] for k in (*TOP_LEVEL, *COMMANDS[cfg.command].sections)}
+    return {k: data[k] for k in keep}
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

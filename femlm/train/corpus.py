@@ -1,5 +1,5 @@
-"""Entry points the CLI wires: ``femlm prepare`` (prepare a corpus ahead of training) and the corpus part of a
-pre-training run's plan (``--dry-run`` and the start of training).
+"""The corpus side of pre-training: ``femlm prepare`` (prepare a corpus ahead of training) and the corpus part of
+a pre-training run's plan (``--dry-run`` and the start of training), on top of femlm.data's preparation.
 
 Both take a pre-training config (sections ``domain``, ``data``, ``model``, ``trainer``, ``masking``, ``runtime``,
 ``download``), so ``femlm prepare domain=news`` prepares exactly the corpus (same cache key) that
@@ -11,14 +11,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from femlm.data.plan import (
-    CorpusPlan,
-    check_passes,
-    corpus_plan,
-    corpus_summary,
-    run_reads,
-)
+from femlm.data.plan import CorpusPlan, check_passes, corpus_plan, corpus_summary
 from femlm.data.sources import check_source, kind_of
+from femlm.train.compute import step_layout
 
 SMALL_BYTES = 256 * 2**20  # a dry run prepares corpora up to this size (local files and mirror samples) to count
 
@@ -33,6 +28,13 @@ def corpus_tokenizer(cfg: Any) -> Any:
     from femlm.train.inputs import shared_wordpiece
 
     return load_tokenizer(str(shared_wordpiece(cfg)), cfg.download)
+
+
+def run_reads(trainer: Any, masking: Any) -> tuple[int, int]:
+    """(optimizer steps, source blocks per step) of a run (femlm.train.compute: the same total for every arm at
+    equal compute under same_sequences; K times fewer for a K-copy arm under same_rows)."""
+    layout = step_layout(trainer.equal_compute, trainer.batch_size, trainer.max_steps, masking.num_copies)
+    return layout.steps, layout.sequences
 
 
 def _steps_and_sequences(cfg: Any) -> tuple[int, int]:

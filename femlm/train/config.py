@@ -43,6 +43,10 @@ class TrainerConfig:
     # Refuse a run that would pass over its training blocks more often than this (the paper's CS run makes
     # ~11 passes over 72k documents); null allows any number (femlm.data.plan).
     max_passes: Optional[float] = 20.0
+    # Parameter-name patterns (fnmatch, as model.named_parameters() spells them) that train; every other
+    # parameter is frozen. Empty: all train. E.g. [cls.*] trains only a BERT masked-LM head (a head warm-up
+    # that leaves the encoder, and the decoder tied to its word embeddings, untouched).
+    trainable: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         require_positive("trainer", self, "batch_size", "max_steps")

@@ -89,6 +89,20 @@ def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) 
         return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
+def freeze_except(model: nn.Module, patterns: list[str]) -> list[str]:
+    """Freeze every parameter whose name matches none of `patterns` (fnmatch); the names left trainable."""
+    from fnmatch import fnmatchcase
+
+    names = [n for n, _ in model.named_parameters()]
+    keep = [n for n in names if any(fnmatchcase(n, p) for p in patterns)]
+    if not keep:
+        raise UserError(f"trainer.trainable={patterns}: matches no parameter of the model (names look like "
+                        f"{', '.join(names[:2])}, ..., {names[-1]})")
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in keep)
+    return keep
+
+
 class PretrainCore:
     """Model + optimizer + schedule + data order + masker: `step(s)` performs optimizer update s."""
 
@@ -115,6 +129,8 @@ class PretrainCore:
         self.block_size = int(blocks.shape[1])
         self.flops = flop_counts(model)  # model FLOPs per step, for the run's compute accounting
 
+        if tcfg.trainable:
+            freeze_except(model, list(tcfg.trainable))
         self.objective = MaskedLMObjective(model, sparse=runtime.sparse_prediction).to(self.device)
         self.module: nn.Module = self.objective
         if self.dist.distributed:

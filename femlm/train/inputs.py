@@ -44,14 +44,30 @@ def tokenizer_and_config(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, 
     return tokenizer, config, init_from
 
 
-def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, torch.nn.Module, str | None]:
-    """(tokenizer, model, init_from): the checkpoint's weights, or random ones seeded by the caller."""
+def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, torch.nn.Module, str | None, list[str]]:
+    """(tokenizer, model, init_from, new_head): the checkpoint's weights, or random ones seeded by the caller;
+    `new_head` names the masked-LM head parameters initialised fresh (model.new_mlm_head=true on an encoder
+    saved without its head; empty otherwise), announced in one line here and recorded in summary.json."""
     tokenizer, config, init_from = tokenizer_and_config(cfg, run_dir, dist)
+    new_head: list[str] = []
     if init_from is not None:
-        model, _ = load_masked_lm(cfg.model, cfg.download)
+        model, fresh = load_masked_lm(cfg.model, cfg.download)
+        new_head = new_head_parameters(model, fresh) if cfg.model.new_mlm_head else []
+        if new_head and dist.is_main:
+            print(f"notice: model.new_mlm_head=true: {init_from} has no masked-LM head weights; a fresh head is "
+                  f"initialised ({len(new_head)} tensors: {', '.join(new_head)}), as run_mlm.py does", flush=True)
     else:
         model = construct_model(config, cfg.model.attn_implementation)
-    return tokenizer, model, init_from
+    return tokenizer, model, init_from, new_head
+
+
+def new_head_parameters(model: torch.nn.Module, fresh: list[str]) -> list[str]:
+    """The newly initialised parameters that belong to the masked-LM head (not the encoder)."""
+    from femlm.models.load import find_mlm_head
+
+    head = find_mlm_head(model)
+    prefix = next((n for n, m in model.named_children() if m is head), None)
+    return sorted(k for k in fresh if prefix and k.startswith(prefix + "."))
 
 
 def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:

@@ -80,7 +80,7 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     run_dir = share_run_dir(run.dir, dist)
     resuming = _prepare_run_dir(cfg, run_dir, dist)
     _seed_everything(cfg.seed)  # same seed on every rank: identical initial weights
-    tokenizer, model, init_from = inputs.tokenizer_and_model(cfg, run_dir, dist)
+    tokenizer, model, init_from, new_head = inputs.tokenizer_and_model(cfg, run_dir, dist)
     train_blocks, val_blocks = inputs.load_blocks(cfg, tokenizer, dist)
     if train_blocks.shape[0] == 0 or val_blocks.shape[0] == 0:
         raise UserError(f"domain {cfg.domain.name}: no train or validation blocks of data.block_size="
@@ -127,7 +127,7 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                 last_good = save(progress, milestone=step % every(rt.save_every) == 0) or last_good
             if interrupted:
                 raise KeyboardInterrupt(f"stopped after step {step} of {max_steps}; state saved at step {step}")
-    return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist, corpus)
+    return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist, corpus, new_head)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -218,7 +218,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
 
 
 def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None,
-            progress: Progress, dist: DistInfo, corpus: Any) -> dict[str, Any]:
+            progress: Progress, dist: DistInfo, corpus: Any, new_head: list[str] | None = None) -> dict[str, Any]:
     from femlm.runs import hardware
 
     evals = [r for r in ckpt.read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
@@ -236,7 +236,9 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
                "corpus": corpus.as_dict() if corpus is not None else None,
-               "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware()}
+               "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware(),
+               # model.new_mlm_head=true: the head parameters initialised fresh at the start (empty: none).
+               "new_mlm_head": list(new_head or [])}
     if dist.is_main:
         info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, init_from)
         ckpt.save_model(run_dir / "checkpoints" / "final", core.objective.model, tokenizer, info)

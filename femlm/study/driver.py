@@ -53,6 +53,7 @@ class Driver:
         self.start = time.time()
         self.spent_actual = 0.0  # this invocation: wall of the steps that ran
         self.spent_planned = 0.0  # ... and their planned seconds
+        self.skipped: list[str] = []  # optional steps left out for the time budget
 
     # ---------------------------------------------------------------------------------------------- logging
     def log(self, message: str) -> None:
@@ -83,6 +84,21 @@ class Driver:
         left = sum(s.estimate_s for s in steps if s.kind != "inprocess" and not s.done())
         scale = self.spent_actual / self.spent_planned if self.spent_planned > 60 else 1.0
         return left * min(max(scale, 0.5), 3.0)
+
+    def over_budget(self, step: Step, steps: list[Step]) -> bool:
+        """An optional step is skipped when the study's wall so far (all invocations) plus what it and the
+        steps after it would take, at this run's pace, passes estimate.budget_minutes."""
+        budget = float(self.plan.get("estimate", {}).get("budget_minutes", 0) or 0) * 60
+        if not budget:
+            return False
+        spent = sum(float(t.get("wall_s", 0)) for t in self.timings().values())
+        left = self.remaining(steps[steps.index(step):])
+        if spent + left <= budget:
+            return False
+        self.log(f"skip the optional step '{step.name}': {fmt_s(spent)} spent + ~{fmt_s(left)} for it and the rest "
+                 f"would pass the {fmt_s(budget)} budget (estimate.budget_minutes)")
+        self.skipped.append(step.name)
+        return True
 
     # ---------------------------------------------------------------------------------------------- steps
     def env(self) -> dict[str, str]:
@@ -176,6 +192,8 @@ class Driver:
                 continue
             if step.done():
                 self.log(f"{head}: done already, skipped")
+                continue
+            if step.optional and self.over_budget(step, steps):
                 continue
             missing = [str(p) for p in step.needs if not p.exists()]
             if missing:

@@ -81,6 +81,7 @@ class Step:
     estimate_s: float = 0.0
     needs: list[Path] = field(default_factory=list)  # checkpoints it reads (made by earlier steps)
     meta: dict[str, Any] = field(default_factory=dict)  # arm, mode, seed, task, row: what the results read
+    optional: bool = False  # run only if the study's time budget still allows it (estimate.budget_minutes)
 
     def done(self) -> bool:
         if self.kind == "pretrain":
@@ -173,7 +174,7 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                     ["analyze", "decomposition", *an_over, f"model.name_or_path={ckpt}"], output="decomposition.json",
                     estimate_s=est.analysis(an_over), needs=[ckpt], meta={"checkpoint": where})
 
-    on = list(d.get("on", ["warmup"]))
+    on = list(d.get("checkpoints", ["warmup"]))
     if "warmup" in on:
         steps.append(decomposition("warmup", final(warm_dir)))
 
@@ -213,7 +214,9 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                                   estimate_s=est.finetune(over, task, len(ft_seeds)), needs=[ckpt],
                                   meta={"row": row, "task": task, "mode": f["mode"], "pretrain_seed": f["pretrain_seed"]}))
     if "mlm_final" in on:
-        steps.append(decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0])))))
+        step = decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0]))))
+        step.optional = "mlm_final" in d.get("optional", [])
+        steps.append(step)
     steps.append(Step("results", "results", runs, kind="inprocess", estimate_s=est.get("results")))
     names = [s.name for s in steps]
     if len(set(names)) != len(names):

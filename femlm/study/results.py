@@ -98,12 +98,12 @@ def eval_curve(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, Any]:
-    data: dict[str, Any] = {"missing": [], "pretrain": [], "finetune": [], "decomposition": {}}
+    data: dict[str, Any] = {"missing": [], "optional_missing": [], "pretrain": [], "finetune": [], "decomposition": {}}
     for step in steps:
         if step.part in ("encoder", "results", "download"):
             continue
         if not step.done():
-            data["missing"].append(step.name)
+            data["optional_missing" if step.optional else "missing"].append(step.name)
             continue
         if step.part == "warmup":
             data["warmup"] = {"summary": read_json(step.run_dir / "summary.json"), "curve": eval_curve(step.run_dir),
@@ -693,10 +693,34 @@ def count_comparisons(pre: dict[str, Any], down: dict[str, Any]) -> int:
     return n
 
 
+def sizing_lines(plan: dict[str, Any], steps: list[Step], walls: dict[str, float]) -> list[str]:
+    """The plan's arithmetic (unit costs measured beforehand x the work of each part) beside the wall time."""
+    est = plan.get("estimate", {})
+    sec = est.get("seconds", {})
+    planned: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for s in steps:
+        planned[s.part] = planned.get(s.part, 0.0) + s.estimate_s
+        counts[s.part] = counts.get(s.part, 0) + (1 if s.command else 0)
+    lines = ["### Plan, sizing and wall time", "",
+             f"Sized beforehand from unit costs measured on this machine ({est.get('hardware', '?')}; "
+             "`benchmarks/bench_study.py`, femlm/conf/experiment/study.yaml `estimate.seconds`): "
+             + ", ".join(f"{k} {v} s" for k, v in sec.items() if not isinstance(v, dict)) + ". "
+             + (est.get("breakdown", "") or ""), "",
+             "| part | femlm commands | planned | measured wall |", "|---|---:|---:|---:|"]
+    for part in dict.fromkeys(s.part for s in steps):
+        if part in ("encoder",):
+            continue
+        lines.append(f"| {part} | {counts.get(part, 0)} | {minutes(planned.get(part, 0.0))} | "
+                     f"{minutes(walls[part]) if part in walls else '-'} |")
+    lines += [f"| **total** | {sum(counts.values())} | {minutes(sum(planned.values()))} | "
+              f"{minutes(sum(walls.values())) if walls else '-'} |", ""]
+    return lines
+
+
 def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any], down: dict[str, Any],
-                 timings: dict[str, Any], out: Path, order: list[str]) -> Path:
+                 timings: dict[str, Any], out: Path, order: list[str], steps: list[Step]) -> Path:
     walls = part_walls(timings)
-    total = sum(walls.values())
     smoke = plan.get("smoke")
     title = "FE-MLM evidence study" + (" (SMOKE RUN: toy scale, numbers mean nothing)" if smoke else "")
     lines = [f"# {title}", "",
@@ -711,11 +735,11 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
     if data["missing"]:
         lines += [f"**Incomplete: {len(data['missing'])} step(s) had not finished** when this was written: "
                   + "; ".join(data["missing"]) + ". The statistics use the runs that finished.", ""]
+    if data["optional_missing"]:
+        lines += ["Optional step(s) not run (the time budget, estimate.budget_minutes, did not allow them): "
+                  + "; ".join(data["optional_missing"]) + ".", ""]
     lines += ["## What was measured, at what scale", "", *scale_lines(plan, data), ""]
-    if walls:
-        lines += ["Wall time of each part (this machine, summed over invocations): "
-                  + ", ".join(f"{k} {minutes(v)}" for k, v in walls.items()) + f"; total {minutes(total)} "
-                  f"(planned {plan.get('estimate', {}).get('minutes', '?')} min).", ""]
+    lines += sizing_lines(plan, steps, walls)
     supports, not_supported, controls = conclusions(plan, data["decomposition"], pre, down)
     lines += ["## What the evidence supports", ""] + ([f"- {s}" for s in supports] or
                                                       ["- Nothing in FE-MLM's favour: no such interval excludes 'no "
@@ -820,6 +844,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                 shutil.copy2(src / name, out / f"{stem}_{where}.{ext}")
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     study = {"kind": "study", "smoke": bool(plan.get("smoke")), "plan": plan, "missing": data["missing"],
+             "optional_not_run": data["optional_missing"],
              "encoder": data.get("encoder"), "warmup": (data.get("warmup") or {}).get("summary"),
              "decomposition": {k: (v.get("json") or {}).get("verdicts") for k, v in data["decomposition"].items()},
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
@@ -829,7 +854,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "downstream": down, "timings": timings, "wall_s_by_part": part_walls(timings),
              "hardware": {"cpu": cpu_model(), "platform": platform.platform()}}
     (out / "study.json").write_text(json.dumps(clean(study), indent=2, default=_json_default) + "\n")
-    path = write_readme(plan, data, pre, down, timings, out, order)
+    path = write_readme(plan, data, pre, down, timings, out, order, steps)
     if readme is not None and not plan.get("smoke"):
         update_readme(readme, summary_block(plan, data, pre, down, timings))
     return path

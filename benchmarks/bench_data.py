@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from itertools import chain
 from pathlib import Path
 
+from _common import config  # noqa: E402,I001 (puts the repository on sys.path)
 from datasets import Dataset, disable_progress_bars
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from femlm.data.config import DownloadConfig  # noqa: E402 (after the path tweak)
+from femlm.data.config import DownloadConfig  # noqa: E402
 from femlm.data.corpus import blocks_meta, load_documents, prepare_blocks  # noqa: E402
-from femlm.data.presets import get_domain  # noqa: E402
-from femlm.data.tokenizer import load_tokenizer  # noqa: E402
+from femlm.models.load import load_tokenizer  # noqa: E402
 
 
 def run_mlm_style(docs: list[str], tokenizer, block_size: int, num_proc: int) -> int:  # noqa: ANN001
@@ -63,7 +60,7 @@ def main() -> None:
     disable_progress_bars()
     with tempfile.TemporaryDirectory() as tmp:
         download = DownloadConfig(mirror=mirror, cache_dir=tmp, offline=True)
-        domain = get_domain(args.domain)
+        domain = config("continual-pretrain", "preset=tiny", f"domain={args.domain}").domain  # the offline stand-in
         tokenizer = load_tokenizer(args.tokenizer, download)
         docs = load_documents(domain, download)
 

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _common import ROOT, config  # noqa: I001 (puts the repository on sys.path)
 
 from femlm.masking import MaskingCollator, MaskingConfig, sequences_per_batch
 
-ROOT = Path(__file__).resolve().parents[1]
-BERT_DIR = Path("/work/shared/data/tokenizers/bert-base-uncased")
-WIKI = Path("/work/shared/data/corpus/wikitext-2/wiki.valid.tokens")
+MIRROR = ROOT.parent / "shared" / "data"
+BERT_DIR = MIRROR / "tokenizers" / "bert-base-uncased"
+WIKI = MIRROR / "corpus" / "wikitext-2" / "wiki.valid.tokens"
 CONFIGS = [
     "mlm_bernoulli", "mlm_subword", "fe_subword", "iid_subword", "mlm_wwm", "mlm_span", "fe_span", "iid_span",
 ]  # fmt: skip
@@ -83,7 +84,7 @@ def hf_collator(tok: Any) -> Callable[[list[dict]], dict]:
 
 
 def ours(tok: Any, name: str) -> tuple[MaskingConfig, MaskingCollator]:
-    cfg = MaskingConfig.from_yaml(ROOT / "conf" / "masking" / f"{name}.yaml")
+    cfg = config("pretrain-scratch", f"masking={name}").masking
     return cfg, MaskingCollator.from_tokenizer(cfg, tok, seed=0)
 
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _common  # noqa: F401 (puts the repository and tests/ on sys.path)
+
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
 
@@ -74,7 +76,7 @@ def latest_step(runs: Path) -> int | None:
 
 def write_inputs(root: Path, documents: int = 400, seed: int = 0) -> tuple[Path, Path]:
     """A 128-token WordPiece vocabulary and a corpus of `documents` random documents over it."""
-    from femlm.train.testing import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     tiny_tokenizer(root / "tokenizer")
     rng = random.Random(seed)

@@ -36,14 +36,17 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402,F401,I001 (puts the repository and tests/ on sys.path)
+from helpers.tiny import synthetic_blocks, tiny_tokenizer  # noqa: E402
 
 from femlm.masking import MaskingConfig, build_masker  # noqa: E402
+from femlm.runtime.config import RuntimeConfig  # noqa: E402
+from femlm.runtime.host_memory import keep_freed_memory  # noqa: E402
 from femlm.train.config import TrainerConfig  # noqa: E402
 from femlm.train.core import PretrainCore  # noqa: E402
 from femlm.train.flops import flop_counts, measured_matmul_flops  # noqa: E402
-from femlm.train.host_memory import keep_freed_memory  # noqa: E402
-from femlm.train.testing import synthetic_blocks, tiny_tokenizer  # noqa: E402
 
 
 @dataclass
@@ -93,9 +96,9 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     # (a) femlm: the PretrainCore that run_pretrain drives
     masker = build_masker(MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15),
                           tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
-    tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP, precision=precision,
-                         compile=compile_femlm, keep_freed_memory=keep_freed)
-    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, seed=0)
+    tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
+    runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed)
+    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0)
 
     # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
     special = [[int(t in (tokenizer.cls_token_id, tokenizer.sep_token_id)) for t in row] for row in blocks.tolist()]

@@ -21,14 +21,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from femlm.train.distributed import DistInfo, pick_device  # noqa: E402
+from _common import config  # noqa: E402,I001 (puts the repository on sys.path)
 
-MODELS = {
-    "bert_base": {"config_name": "bert-base-uncased", "tokenizer": "bert-base-uncased"},
-    "roberta_base": {"config_name": "roberta-base", "tokenizer": "roberta-base"},
-}
+from femlm.runtime.device import pick_device  # noqa: E402
+from femlm.train.distributed import DistInfo  # noqa: E402
+
+MODELS = ("bert_base", "roberta_base")  # femlm/conf/model options: config_name and tokenizer from the mirror
 
 
 def peak_rss_gib() -> float:
@@ -36,20 +36,12 @@ def peak_rss_gib() -> float:
 
 
 def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: Path) -> None:
-    from femlm.config import PretrainConfig
-    from femlm.masking import MaskingConfig
     from femlm.train import inputs
     from femlm.train.core import PretrainCore
 
-    cfg = PretrainConfig()
-    cfg.command, cfg.init, cfg.seed = "pretrain-scratch", "scratch", 0
-    cfg.model.name = name
-    cfg.model.config_name = MODELS[name]["config_name"]
-    cfg.model.tokenizer = MODELS[name]["tokenizer"]
-    cfg.data.block_size = 512
-    cfg.masking = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4, ratio=0.15)
-    cfg.trainer.batch_size, cfg.trainer.max_steps = rows, steps
-    cfg.download.offline = True
+    # The paper's model at its true shape, built from scratch (random weights): pretrain-scratch's path.
+    cfg = config("pretrain-scratch", f"model={name}", "masking=fe_subword", "data.block_size=512",
+                 f"trainer.batch_size={rows}", f"trainer.max_steps={steps}", "download.offline=true")
     torch.manual_seed(0)
     start = time.perf_counter()
     tokenizer, model, _, _ = inputs.tokenizer_and_model(cfg, workdir, DistInfo(device=device))
@@ -63,7 +55,7 @@ def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: P
     first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     last = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     blocks = torch.cat([torch.full((16, 1), first), body, torch.full((16, 1), last)], 1).to(torch.int32)
-    core = PretrainCore(model, inputs.make_masker(cfg, tokenizer), blocks, cfg.trainer, cfg.seed,
+    core = PretrainCore(model, inputs.make_masker(cfg, tokenizer), blocks, cfg.trainer, cfg.runtime, cfg.seed,
                         DistInfo(device=device))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

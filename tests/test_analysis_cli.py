@@ -29,7 +29,7 @@ def test_cli_analyze_both_on_a_checkpoint(cli, mirror: Path, tmp_path: Path) -> 
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig(vocab_size=len(tok), **ARCH)).save_pretrained(str(ckpt))
     tok.save_pretrained(str(ckpt))
-    result = cli("analyze", "both", f"model.name_or_path={ckpt}", "model.tokenizer=null", "domain=cs",
+    result = cli("analyze", "both", "preset=tiny", f"model.name_or_path={ckpt}", "model.tokenizer=null", "domain=cs",
                  "domain.max_documents=40", "data.block_size=32", "analysis.sequences=2", "analysis.tau=4",
                  "analysis.budget=4", "analysis.reference=3", "analysis.num_masks=[2,4]", "analysis.bootstrap=20",
                  "analysis.hamming_bins=2", "logger.progress=false", f"analysis.results_dir={tmp_path / 'results'}",

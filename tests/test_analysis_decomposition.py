@@ -14,13 +14,13 @@ import torch
 from femlm.analysis.config import AnalysisConfig
 from femlm.analysis.decomposition import (
     arm_specs,
-    check_batches,
     decomposition_cost,
     decomposition_study,
     pool_terms,
     predicted_variance,
     term_estimates,
 )
+from femlm.analysis.decomposition_check import check_batches
 from femlm.analysis.sketch import CountSketch
 from femlm.errors import UserError
 from helpers.enumerated import Enumerated

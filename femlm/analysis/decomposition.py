@@ -94,7 +94,7 @@ import torch
 
 from femlm.masking import make_generator
 
-from .estimators import GradFn, Progress, reference_stats
+from .estimators import GradFn, Progress, percentile_ci, reference_stats
 from .masks import sample_kmasks, sample_uniform
 from .sketch import CountSketch, gram
 
@@ -277,52 +277,6 @@ def predicted_variance(est: dict[str, Any], spec: dict[str, Any], data_factor: f
     return slot / spec["sequences"]
 
 
-# ---------------------------------------------------------------------------------------------- direct check
-def check_batches(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau: int, rows: int, batches: int,
-                  centre: torch.Tensor, seed: int, chunk: int,
-                  progress: Progress | None = None) -> dict[tuple[str, int, str], np.ndarray]:
-    """``|g_b - centre|^2`` of directly resampled batches, per (arm, K, mode): ``[B]`` arrays.
-
-    Batch b draws ``rows`` pool sequences with replacement and, for each, one FE and one iid draw of Kmax
-    fresh masks; all arms are read off prefixes (module doc). Memory: O(chunk x P) plus one accumulator per
-    arm and K.
-    """
-    ks = sorted(set(num_masks))
-    kmax, pool, length = ks[-1], valid.shape[0], valid.shape[1]
-    check_rows_fit(rows, ks)
-    gen = make_generator(seed, tau, micro_step=STREAM_CHECK)
-    prefixes = {"fe": ks, "iid": sorted({1, *ks})}
-    out: dict[tuple[str, int, str], np.ndarray] = {("mlm", 1, "baseline"): np.empty(batches)}
-    for arm in ("fe", "iid"):
-        for k in ks:
-            for mode in MODES:
-                out[(arm, k, mode)] = np.empty(batches)
-    per_call = max(1, chunk // kmax)
-    for b in range(batches):
-        seqs = torch.randint(0, pool, (rows,), generator=gen)
-        draws = {"fe": sample_kmasks(valid[seqs], tau, kmax, "fully_explored", 1, gen)[0],
-                 "iid": sample_kmasks(valid[seqs], tau, kmax, "iid", 1, gen)[0]}  # [R, Kmax, L]
-        for arm in ("fe", "iid"):
-            acc = {k: torch.zeros_like(centre) for k in prefixes[arm]}
-            for start in range(0, rows, per_call):
-                idx = seqs[start:start + per_call]
-                n = len(idx)
-                grads = grad_fn(idx.repeat_interleave(kmax), draws[arm][start:start + n].reshape(-1, length))
-                csum = (grads.double().to(centre.device) - centre).view(n, kmax, -1).cumsum(dim=1)
-                for k in prefixes[arm]:
-                    cum = acc[k] + (csum[:, k - 1] / k).cumsum(dim=0)  # running sum of the slots' K-copy means
-                    stop = rows // k  # the same-rows batch: the first R / K slots
-                    if k > 1 and start < stop <= start + n:
-                        out[(arm, k, "same_rows")][b] = float((cum[stop - start - 1] / stop).square().sum())
-                    acc[k] = cum[-1]
-                if progress is not None:
-                    progress.update(n * kmax)
-            for k in prefixes[arm]:
-                key = ("mlm", 1, "baseline") if k == 1 else (arm, k, "same_sequences")
-                out[key][b] = float((acc[k] / rows).square().sum())
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- the study
 @dataclass
 class DecompositionResult:
@@ -330,14 +284,6 @@ class DecompositionResult:
     terms: dict[str, Any]  # sigma_d2, sigma_m2, c_fe(K), c_iid(K) with intervals
     verdicts: dict[str, Any]  # per K
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def _ci(samples: np.ndarray) -> list[float]:
-    finite = samples[np.isfinite(samples)]
-    if finite.size == 0:
-        return list(NAN2)
-    low, high = np.quantile(finite, [0.025, 0.975])
-    return [float(low), float(high)]
 
 
 def _verdict(ci: list[float], better: str, worse: str) -> str:
@@ -365,6 +311,8 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
     rng = np.random.default_rng(make_generator(seed, 0, micro_step=STREAM_BOOT).initial_seed())
     point = {k: v[0] for k, v in term_estimates(terms, np.ones((1, pool)), resampled=False).items()}
     boot = term_estimates(terms, rng.multinomial(pool, np.full(pool, 1 / pool), size=n_boot)) if n_boot else None
+    from .decomposition_check import check_batches  # here: that module reads this one's constants
+
     measured_x = (check_batches(grad_fn, valid, ks, tau, rows, batches, terms.pool_mean, seed, chunk, progress)
                   if batches else None)
     batch_counts = rng.multinomial(batches, np.full(batches, 1 / batches), size=n_boot) if batches and n_boot else None
@@ -399,20 +347,20 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
         if boot is not None:
             b_pred = predicted_variance(boot, spec)
             b_check = predicted_variance(boot, spec, factor)
-            row["predicted_var_ci"] = _ci(b_pred)
-            row["var_x_rows_ci"] = _ci(b_pred * spec["rows"])
-            row["per_compute_vs_mlm_ci"] = _ci(b_pred * spec["rows"] / (predicted_variance(boot, mlm) * rows))
+            row["predicted_var_ci"] = percentile_ci(b_pred)
+            row["var_x_rows_ci"] = percentile_ci(b_pred * spec["rows"])
+            row["per_compute_vs_mlm_ci"] = percentile_ci(b_pred * spec["rows"] / (predicted_variance(boot, mlm) * rows))
             if batch_counts is not None:
                 b_meas = measured(key, batch_counts)
-                row["measured_var_ci"] = _ci(b_meas)
-                row["measured_over_predicted_ci"] = _ci(b_meas / b_check)
-                row["measured_per_compute_vs_mlm_ci"] = _ci(b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows))
+                row["measured_var_ci"] = percentile_ci(b_meas)
+                row["measured_over_predicted_ci"] = percentile_ci(b_meas / b_check)
+                row["measured_per_compute_vs_mlm_ci"] = percentile_ci(b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows))
         out_rows.append(row)
 
     # ------------------------------------------------------------------ terms and verdicts
     def term(name: str, j: int | None = None) -> dict[str, Any]:
         value = point[name] if j is None else point[name][j]
-        ci = list(NAN2) if boot is None else _ci(boot[name] if j is None else boot[name][:, j])
+        ci = list(NAN2) if boot is None else percentile_ci(boot[name] if j is None else boot[name][:, j])
         return {"estimate": float(value), "ci": ci}
 
     terms_out = {
@@ -431,7 +379,7 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
             seqs_row = next(r for r in out_rows if r["arm"] == arm and r["K"] == k and r["mode"] == "same_sequences")
             c_point, c_boot = (point["c_fe"], None if boot is None else boot["c_fe"]) if arm == "fe" else (0.0, 0.0)
             margin = point["sigma_d2"] + c_point
-            margin_ci = list(NAN2) if boot is None else _ci(boot["sigma_d2"] + c_boot)
+            margin_ci = list(NAN2) if boot is None else percentile_ci(boot["sigma_d2"] + c_boot)
             name = "FE" if arm == "fe" else "i.i.d. K-mask"
             by_arm[arm] = {
                 "per_compute_vs_mlm": row["per_compute_vs_mlm"], "ci": row["per_compute_vs_mlm_ci"],
@@ -448,7 +396,7 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
                   / (k * point["sigma_d2"] + point["sigma_m2"]))
         fe_iid_ci = list(NAN2)
         if boot is not None:
-            fe_iid_ci = _ci((k * boot["sigma_d2"] + boot["sigma_m2"] + (k - 1) * boot["c_fe"])
+            fe_iid_ci = percentile_ci((k * boot["sigma_d2"] + boot["sigma_m2"] + (k - 1) * boot["c_fe"])
                             / (k * boot["sigma_d2"] + boot["sigma_m2"]))
         by_arm["fe_vs_iid"] = {"ratio": float(fe_iid), "ci": fe_iid_ci}
         verdicts[str(k)] = by_arm

@@ -17,6 +17,8 @@ matplotlib.use("Agg")  # headless: must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .figures import save  # noqa: E402
+
 
 def _err(value: Any, ci: Sequence[float]) -> np.ndarray | None:
     """Error-bar half-lengths ``[[below], [above]]`` or None when the interval is missing."""
@@ -93,11 +95,7 @@ def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], pa
     right.invert_yaxis()
     right.set_xlabel("measured / predicted batch variance")
     right.set_title("direct check (95% CI)", fontsize=9)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, title)
 
 
 def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], path: Path, title: str) -> Path:
@@ -127,8 +125,4 @@ def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], pat
     right.set_xlabel("Hamming distance H(m1, m2)")
     right.set_ylabel("residual covariance")
     right.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, title)

@@ -121,12 +121,18 @@ def kmask_terms(grams: torch.Tensor, ref: Reference, k: int) -> dict[str, torch.
 
 
 # ---------------------------------------------------------------------------------------------- bootstrap
-def _interval(samples: np.ndarray) -> tuple[float, float]:
+def percentile_ci(samples: np.ndarray) -> list[float]:
+    """[low, high]: the 2.5% and 97.5% quantiles of the finite bootstrap replicates (nan, nan when none)."""
     finite = samples[np.isfinite(samples)]
     if finite.size == 0:
-        return float("nan"), float("nan")
+        return [float("nan"), float("nan")]
     low, high = np.quantile(finite, [0.025, 0.975])
-    return float(low), float(high)
+    return [float(low), float(high)]
+
+
+def _interval(samples: np.ndarray) -> tuple[float, float]:
+    low, high = percentile_ci(samples)
+    return low, high
 
 
 def _rank_rows(values: np.ndarray) -> np.ndarray:

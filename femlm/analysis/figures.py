@@ -20,6 +20,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
+def save(fig: Any, path: Path, title: str | None = None) -> Path:
+    """Write `fig` to `path` (a suptitle first when given) and free it."""
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def _bin_label(row: dict[str, Any]) -> str:
     lo, hi = row["h_low"], row["h_high"]
     return str(lo) if lo == hi else f"{lo}-{hi}"
@@ -45,10 +55,7 @@ def plot_covariance_distribution(rows: Sequence[dict[str, Any]], summary: Sequen
     ax.set_xlabel("Hamming distance H(m1, m2)")
     ax.set_ylabel("Cov(g(m1), g(m2))")
     ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_covariance_vs_hamming(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]],
@@ -70,10 +77,7 @@ def plot_covariance_vs_hamming(rows: Sequence[dict[str, Any]], summary: Sequence
     ax.set_xlabel("Hamming distance H(m1, m2)")
     ax.set_ylabel("Cov(g(m1), g(m2))")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_variance(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
@@ -100,8 +104,4 @@ def plot_variance(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Pat
     right.set_xlabel("K (masks per sequence)")
     right.set_ylabel("Var_FE / Var_iid")
     right.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, title)

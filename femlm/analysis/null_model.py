@@ -56,7 +56,7 @@ from scipy import stats
 
 from femlm.masking import make_generator
 
-from .estimators import GradFn, Progress, Reference, group_grams
+from .estimators import GradFn, Progress, Reference, group_grams, percentile_ci
 from .masks import sample_kmasks
 from .studies import covariance_study
 
@@ -92,14 +92,6 @@ class NullModelResult:
     summary: dict[str, Any]
     pairs: list[dict[str, Any]]  # the covariance study's pairs, with the additive value of each
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def _ci(samples: np.ndarray) -> list[float]:
-    finite = samples[np.isfinite(samples)]
-    if finite.size == 0:
-        return list(NAN2)
-    low, high = np.quantile(finite, [0.025, 0.975])
-    return [float(low), float(high)]
 
 
 def _spearman_rows(values: np.ndarray) -> np.ndarray:
@@ -160,7 +152,7 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
         boot = {"measured": m_b, "additive": a_b, "residual": m_b - a_b}
 
     def band(name: str, j: int) -> list[float]:
-        return list(NAN2) if boot is None else _ci(boot[name][:, j])
+        return list(NAN2) if boot is None else percentile_ci(boot[name][:, j])
 
     edges = {s["bin"]: (s["h_low"], s["h_high"]) for s in cov.summary}
     rows = []
@@ -193,13 +185,13 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
                 "residual_rho_bins"):
         summary[f"{key}_ci"] = list(NAN2)
     if boot is not None:
-        summary["measured_decrease_ci"] = _ci(decrease(boot["measured"]))
-        summary["additive_decrease_ci"] = _ci(decrease(boot["additive"]))
-        summary["residual_decrease_ci"] = _ci(decrease(boot["residual"]))
+        summary["measured_decrease_ci"] = percentile_ci(decrease(boot["measured"]))
+        summary["additive_decrease_ci"] = percentile_ci(decrease(boot["additive"]))
+        summary["residual_decrease_ci"] = percentile_ci(decrease(boot["residual"]))
         with np.errstate(invalid="ignore", divide="ignore"):
-            summary["fraction_explained_ci"] = _ci(decrease(boot["additive"]) / decrease(boot["measured"]))
+            summary["fraction_explained_ci"] = percentile_ci(decrease(boot["additive"]) / decrease(boot["measured"]))
         if labels.size >= 3:
-            summary["residual_rho_bins_ci"] = _ci(_spearman_rows(boot["residual"]))
+            summary["residual_rho_bins_ci"] = percentile_ci(_spearman_rows(boot["residual"]))
     pairs = [{**r, "additive": float(a), "residual": float(c)}
              for r, a, c in zip(cov.rows, additive, pair_res, strict=True)]
     st = {"tau": tau, "sequences": int(valid.shape[0]), "n_valid": n_valid.tolist(), "pairs": len(cov.rows),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from femlm.data.sources import check_sources
 from femlm.errors import UserError
 from femlm.runtime.device import configure_process, pick_device
 
@@ -253,6 +254,7 @@ def _sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
 
 def plan_analyze(cfg: Any, run: Any) -> dict[str, Any]:
     """Every check of an analysis without computing a gradient: model config and tokenizer, the sequences."""
+    check_sources(cfg.domain, cfg.download)
     tokenizer, _, info = load_model(cfg, weights=False)
     input_ids, picked = _sequences(cfg, tokenizer)
     return {"model": info, "sequences": len(picked), "block_size": int(input_ids.shape[1]),
@@ -262,6 +264,7 @@ def plan_analyze(cfg: Any, run: Any) -> dict[str, Any]:
 def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
     """`femlm analyze {covariance,variance,both,decomposition}`: the entry point the CLI calls."""
     configure_process(cfg.runtime)
+    check_sources(cfg.domain, cfg.download)
     tokenizer, model, info = load_model(cfg)
     input_ids, picked = _sequences(cfg, tokenizer)
     return analyze(cfg, run, model, tokenizer, input_ids, info, {"validation_blocks": picked})

@@ -33,10 +33,6 @@ class CountSketch:
     def exact(self) -> bool:
         return self.dim == 0
 
-    @property
-    def out_dim(self) -> int:
-        return self.dim or self.numel
-
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., P] -> [..., d]`` (the identity when exact)."""
         if self.exact:

@@ -50,7 +50,6 @@ from femlm.data.config import TaskConfig
 from femlm.data.fetch import sha256_file
 from femlm.data.readers import Rows, iter_jsonl
 from femlm.data.registry import ALIASES, REGISTRY
-from femlm.data.streams import pieces, read_piece
 from femlm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -126,17 +125,6 @@ def local_corpus_files(spec: str) -> list[Path]:
             raise UserError(f"{path} (domain source {spec!r}): not readable (permission denied)")
         out.append(path)
     return out
-
-
-def read_local_corpus(spec: str) -> list[str]:
-    """Every document of a ``file:`` source, file by file in sorted order (in memory: small corpora only;
-    preparation streams the same files piece by piece, `femlm.data.streams`)."""
-    docs: list[str] = []
-    for path in local_corpus_files(spec):
-        for piece in pieces(path):
-            for batch in read_piece(path, piece["part"], piece["start"], piece["stop"]):
-                docs.extend(batch)
-    return docs
 
 
 def local_source_key(spec: str) -> dict[str, Any]:

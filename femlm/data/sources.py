@@ -141,6 +141,13 @@ def source_key(spec: str, download: DownloadConfig) -> Any:
     return [spec, sorted(shas.items())]
 
 
+def check_sources(domain: Any, download: DownloadConfig) -> None:
+    """Every source of a domain exists or is reachable: the first check of any command that reads a corpus, so
+    an unreachable Hub corpus is one line before any model is loaded."""
+    for spec in domain.sources:
+        check_source(spec, domain.name, download)
+
+
 def check_source(spec: str, domain: str = "", download: DownloadConfig | None = None) -> None:
     """Cheap validation of a source's syntax (and, for hf:, that it can be reached, or was when a corpus was
     prepared from it: `hub.remembered_commit`); no reading."""

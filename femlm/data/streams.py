@@ -175,11 +175,6 @@ def _jsonl_text(raw: bytes, path: Path, where: str) -> str:
     return text or ""
 
 
-def jsonl_documents(path: Path) -> Iterator[str]:
-    """Every document of a .jsonl(.gz) file."""
-    return _jsonl_documents(path)
-
-
 def txt_documents(path: Path) -> Iterator[str]:
     """Documents of a .txt(.gz) file: separated by blank (or whitespace-only) lines, lines joined with a
     newline. A file with several lines and no blank line is one document (and a warning says so)."""

@@ -6,14 +6,12 @@ the loaders in `femlm.models.load` call the same functions before they read a si
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from femlm.data.network import hub_reachable
 from femlm.errors import UserError
 
 # Models whose position ids start after the padding index (RoBERTa: 514 positions hold 512 tokens).
@@ -31,21 +29,6 @@ def is_local(name: str) -> bool:
     roberta-base or org/model."""
     return (name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
             or Path(name).expanduser().exists())
-
-
-@functools.cache
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """One quick connect instead of huggingface_hub's ~30 s of retries on a machine without network."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    from urllib.parse import urlparse
-
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 @dataclass

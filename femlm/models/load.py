@@ -94,12 +94,15 @@ def quiet_transformers() -> Iterator[None]:
     """transformers prints a many-line load report for missing/unexpected keys; femlm says what matters."""
     from transformers.utils import logging as hf_logging
 
-    level = hf_logging.get_verbosity()
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on stderr would break the one-line error contract
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _offline(download: Any) -> bool:

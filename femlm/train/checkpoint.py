@@ -152,12 +152,6 @@ def state_dirs(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def milestone_steps(ckpt_dir: Path) -> list[int]:
-    if not ckpt_dir.is_dir():
-        return []
-    return sorted(int(m.group(1)) for p in ckpt_dir.iterdir() if (m := STEP_RE.match(p.name)))
-
-
 def save_state(ckpt_dir: Path, step: int, state: dict[str, Any], meta: dict[str, Any], keep_last: int) -> Path:
     """Write `state_<step>/` atomically, then drop all but the newest `keep_last` states."""
     def write(tmp: Path) -> None:

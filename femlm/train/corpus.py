@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from femlm.data.plan import CorpusPlan, check_passes, corpus_plan, corpus_summary
-from femlm.data.sources import check_source, kind_of
+from femlm.data.sources import check_sources, kind_of
 from femlm.train.compute import step_layout
 
 SMALL_BYTES = 256 * 2**20  # a dry run prepares corpora up to this size (local files and mirror samples) to count
@@ -58,12 +58,6 @@ def _local_bytes(cfg: Any) -> int | None:
     return total
 
 
-def check_sources(cfg: Any) -> None:
-    """Every domain source exists or is reachable: the first check of a plan (one line otherwise)."""
-    for spec in cfg.domain.sources:
-        check_source(spec, cfg.domain.name, cfg.download)
-
-
 def dry_run_plan(cfg: Any, tokenizer: Any = None, prepare_small: bool = True) -> CorpusPlan:
     """The corpus plan of a pre-training config without training.
 
@@ -74,7 +68,7 @@ def dry_run_plan(cfg: Any, tokenizer: Any = None, prepare_small: bool = True) ->
     from femlm.data.prepare import corpus_dir, corpus_key
     from femlm.data.tokens import PreparedCorpus, is_prepared
 
-    check_sources(cfg)
+    check_sources(cfg.domain, cfg.download)
     steps, per_step = _steps_and_sequences(cfg)
     tokenizer = tokenizer if tokenizer is not None else corpus_tokenizer(cfg)
     key = corpus_key(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.seed)
@@ -106,7 +100,7 @@ def run_prepare(cfg: Any, run: Any) -> dict[str, Any]:
     """``femlm prepare``: read, sample and tokenize the domain corpus into the cache; print and record its plan
     (``corpus.json`` in the run directory). Passes past ``trainer.max_passes`` are reported, not refused: the
     corpus is useful for other runs; the training run itself refuses."""
-    check_sources(cfg)
+    check_sources(cfg.domain, cfg.download)
     tokenizer = corpus_tokenizer(cfg)
     corpus = prepare_for(cfg, tokenizer, progress=True)
     steps, per_step = _steps_and_sequences(cfg)

@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from femlm.data.plan import check_passes
-from femlm.train.corpus import check_sources, dry_run_plan
+from femlm.data.sources import check_sources
+from femlm.train.corpus import dry_run_plan
 from femlm.train.distributed import DistInfo
 from femlm.train.inputs import make_masker, tokenizer_and_config
 
 
 def plan_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
     """The plan of a pre-training run; raises UserError where the real run would."""
-    check_sources(cfg)
+    check_sources(cfg.domain, cfg.download)
     tokenizer, config, init_from = tokenizer_and_config(cfg, Path(run.dir), DistInfo())
     masker = make_masker(cfg, tokenizer)
     corpus = dry_run_plan(cfg, tokenizer)

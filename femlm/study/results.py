@@ -512,6 +512,7 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
                       f"fraction explained {fmt_ci(_ratio(frac, frac_ci), 2)}; residual (interaction) decrease "
                       f"{fmt_ci(_ratio(null.get('residual_decrease'), null.get('residual_decrease_ci')), 4)}. "
                       + _null_sentence(null), ""]
+        lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", ""]
     return lines
 
 
@@ -629,30 +630,36 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
     """(what the evidence supports, what it does not, what the i.i.d. control shows), each bullet chosen by an
     interval."""
     supports, not_supported, controls = [], [], []
-    j = (dec.get("warmup") or {}).get("json")
-    if j:
+    for where, d in dec.items():
+        j = d.get("json")
+        if not j:
+            continue
+        at = "the warmed-up encoder" if where == "warmup" else "the final MLM checkpoint"
         v = j["verdicts"].get("4") or next(iter(j["verdicts"].values()))
         lo, hi = _num(v["fe"]["ci"][0]), _num(v["fe"]["ci"][1])
+        ratio = v["fe"]["per_compute_vs_mlm"]
         if lo is not None and hi is not None and hi < 1:
-            supports.append("Part 1: at the warmed-up encoder, FE (K=4) has lower training-gradient variance than MLM "
-                            f"per unit compute (ratio {v['fe']['per_compute_vs_mlm']:.3f} [{lo:.3f}, {hi:.3f}]).")
+            supports.append(f"Part 1: at {at}, FE (K=4) has lower training-gradient variance than MLM per unit "
+                            f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
         elif lo is not None and hi is not None and lo > 1:
-            not_supported.append("Part 1: FE does not reduce the variance of the *training* gradient at equal compute at "
-                                 f"this checkpoint; it raises it (K=4 ratio {v['fe']['per_compute_vs_mlm']:.3f} "
-                                 f"[{lo:.3f}, {hi:.3f}]): the data variance of K times fewer sequences outweighs the "
-                                 "covariance FE removes. The paper's variance argument covers the mask term only.")
+            not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
+                                 f"equal compute; it raises it (K=4 ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
+                                 "variance of K times fewer sequences outweighs the covariance FE removes. The "
+                                 "paper's variance argument covers the mask term only.")
         else:
-            not_supported.append("Part 1: no difference in training-gradient variance per unit compute between FE (K=4) "
-                                 f"and MLM was detected (ratio {v['fe']['per_compute_vs_mlm']:.3f}, interval contains 1).")
+            not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
+                                 f"between FE (K=4) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
         null = j.get("null_model", {}).get("summary", {})
         ci = null.get("residual_decrease_ci") or [None, None]
         if _num(ci[0]) is not None and _num(ci[0]) > 0:
-            supports.append("Part 2: the gradient covariance falls with Hamming distance beyond what additive per-token "
-                            "gradients give (residual decrease above 0): evidence of context interactions (Assumption 1).")
+            supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
+                            "additive per-token gradients give (residual decrease above 0): evidence of context "
+                            "interactions (Assumption 1).")
         elif _num(ci[1]) is not None:
-            not_supported.append("Part 2: the fall of covariance with Hamming distance is not shown to exceed the additive "
-                                 "null model's (residual decrease interval reaches 0 or below), so Assumption 1 is not "
-                                 "tested beyond what sampling tokens without replacement gives.")
+            not_supported.append(f"Part 2: at {at}, the fall of covariance with Hamming distance is not shown to "
+                                 "exceed the additive null model's (the residual decrease interval reaches 0 or "
+                                 "below), so Assumption 1 is not tested beyond what sampling tokens without "
+                                 "replacement gives.")
     for mode, res in pre.items():
         if "comparisons" not in res:
             continue
@@ -759,8 +766,6 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               "## 1-2. Variance of the training gradient; Assumption 1 against the null model", ""]
     dec_lines = decomposition_section(data["decomposition"])
     lines += dec_lines or ["Not run (or not finished).", ""]
-    if dec_lines:
-        lines += ["![decomposition](decomposition_warmup.png)", "", "![null model](null_model_warmup.png)", ""]
     lines += ["## 3. Training speed at equal compute", "",
               "Held-out MLM loss (fixed held-out blocks and masks) against cumulative training FLOPs "
               "(femlm/train/flops.py: dense encoder at every row token, head at masked tokens). Curves are "

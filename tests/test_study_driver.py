@@ -38,7 +38,7 @@ def test_full_plan_has_every_arm_mode_seed_and_row(tmp_path: Path) -> None:
     ft = [s for s in steps if s.part == "finetune"]
     assert len(ft) == len(plan["finetune"]["tasks"]) * (1 + len(arms))
     assert all(override_value(s.command, "finetune.seeds") == [1, 2, 3, 4, 5] for s in ft)
-    assert any(s.meta["row"] == "no_continual" and s.needs == [tmp_path / "enc"] for s in ft)
+    assert any(s.meta["row"] == "no_continual" and s.needs == [tmp_path / "encoder_nopooler"] for s in ft)
     dec = [s for s in steps if s.part == "decomposition"]
     assert dec and override_value(dec[0].command, "analysis.num_masks") == [2, 4, 8]
     assert override_value(dec[0].command, "analysis.batch_rows") == override_value(plan["pretrain"]["overrides"],
@@ -102,6 +102,7 @@ def fake_driver(tmp_path: Path, fake: FakeFemlm, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(drv.Driver, "femlm", lambda self, step, args: fake(self, step, args))
     monkeypatch.setattr(drv.Driver, "encoder", lambda self: tmp_path / "enc")
     monkeypatch.setattr(drv.enc, "describe", lambda path: {"parameters": 1, "sha256": "0" * 64})
+    monkeypatch.setattr(drv.enc, "without_pooler", lambda src, out: out.mkdir(parents=True, exist_ok=True))
     import femlm.study.results as res
 
     monkeypatch.setattr(res, "write_results", lambda *a, **k: tmp_path / "out" / "README.md")

@@ -177,6 +177,7 @@ class Driver:
             head = f"{i}/{len(steps)} {step.name}"
             if step.part == "encoder":
                 info = enc.describe(encoder_dir)
+                enc.without_pooler(encoder_dir, self.runs / "encoder_nopooler")
                 (self.runs / "encoder_check").mkdir(parents=True, exist_ok=True)
                 (self.runs / "encoder_check" / "encoder.json").write_text(json.dumps(
                     {**info, "spec": self.plan["encoder"]}, indent=2) + "\n")

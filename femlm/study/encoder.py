@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,29 @@ def build_tiny(out: Path, arch: dict[str, Any], tokenizer: str, download: Any = 
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def without_pooler(src: Path, out: Path) -> Path:
+    """The encoder's weights, minus its pooler, saved like every continual checkpoint of the study (which are
+    BertForMaskedLM saves: no pooler): the no-continual fine-tuning baseline then differs from the arms only in its
+    encoder weights, every row's classifier starting from a fresh pooler. Written once."""
+    import warnings
+
+    from safetensors.torch import load_file, save_file
+
+    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("model.safetensors", "pytorch_model.bin", "1_Pooling",
+                                                            "*.md", ".gitattributes"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        weights = load_file(str(src / "model.safetensors"))
+    save_file({k: v.contiguous() for k, v in weights.items() if not k.startswith(("pooler.", "bert.pooler."))},
+              str(tmp / "model.safetensors"), metadata={"format": "pt"})
     tmp.rename(out)
     return out
 

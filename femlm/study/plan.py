@@ -197,8 +197,8 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
         ft_seeds = list(f["seeds"])
         ft_over = list(f.get("overrides", []))
         rows: list[tuple[str, Path]] = []
-        if f.get("baseline"):
-            rows.append(("no_continual", encoder))
+        if f.get("baseline"):  # the encoder as released, minus its pooler (femlm.study.encoder.without_pooler)
+            rows.append(("no_continual", runs / "encoder_nopooler"))
         if f.get("warmup_row"):
             rows.append(("warmup_only", final(warm_dir)))
         for arm in p["arms"]:

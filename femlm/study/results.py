@@ -447,7 +447,8 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
         rec, sc = ft["results"].get("recipe", {}), ft["results"].get("scale", {})
         lines.append(f"- **Fine-tuning**: {', '.join(f['tasks'])}; the arms' final checkpoints ({MODE_LABEL[f['mode']]}, "
                      f"pre-training seed {f['pretrain_seed']}) and the no-continual baseline (the encoder as released, "
-                     f"a fresh classifier head); seeds {f['seeds']}; at most {sc.get('max_train_examples')} training "
+                     "without its pooler like every continual checkpoint, so all rows start from a fresh pooler and "
+                     f"classifier); seeds {f['seeds']}; at most {sc.get('max_train_examples')} training "
                      "examples (stratified, the same subsample for every row), "
                      f"{rec.get('epochs')} epochs, lr {rec.get('lr')}, batch {rec.get('batch_size')}, max length "
                      f"{rec.get('max_length')}; the best dev epoch is scored on test (DAPT's protocol, macro-F1).")

@@ -45,3 +45,28 @@ def test_arms_of_one_seed_read_one_stream_from_one_start(tmp_path: Path) -> None
         assert torch.equal(a, b)  # one start
     other_seed = core(tokenizer, model, blocks, "random", 1, "same_rows", seed=4)
     assert not torch.equal(other_seed.sequences(1), mlm.sequences(1))  # seeds differ in their data order
+
+
+def test_split_seed_gives_every_run_one_corpus_split(monkeypatch) -> None:
+    """data.split_seed: the held-out documents (and the corpus sample) no longer follow each run's seed, so a
+    warm-up and arms of several seeds share one held-out set that none of them trains on."""
+    from femlm.config import FemlmConfig
+    from femlm.data import shared
+    from femlm.train import inputs
+    from femlm.train.distributed import DistInfo
+
+    seen = []
+
+    class Prepared:
+        train = validation = None
+
+    def fake_prepare(domain, tokenizer, block_size, download, cache_dir, num_proc, seed, **kwargs):
+        seen.append(seed)
+        return Prepared()
+
+    monkeypatch.setattr(shared, "prepare_shared", fake_prepare)
+    for run_seed, split_seed in ((1, None), (2, None), (1, 0), (2, 0), (3, 0)):
+        cfg = FemlmConfig()
+        cfg.seed, cfg.data.split_seed = run_seed, split_seed
+        inputs.load_blocks(cfg, None, DistInfo())
+    assert seen == [1, 2, 0, 0, 0]

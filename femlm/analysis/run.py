@@ -97,7 +97,7 @@ def load_sequences(cfg: Any, tokenizer: Any, count: int | None = None) -> tuple[
     from femlm.data.corpus import prepare_blocks
 
     blocks = prepare_blocks(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
-                            num_proc=cfg.runtime.workers(), seed=cfg.seed)
+                            num_proc=cfg.runtime.workers(), seed=cfg.data.corpus_seed(cfg.seed))
     val = blocks["validation"]
     want = count or cfg.analysis.sequences
     if len(val) < want:

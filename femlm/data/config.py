@@ -171,6 +171,14 @@ class DataConfig:
     # Fixed held-out set: this many validation blocks, masked once with `eval_seed` for every strategy.
     eval_blocks: int = 256
     eval_seed: int = 1234
+    # Seed of the corpus's document sample and train/validation split; None: the run's seed. Runs that must share
+    # one held-out set (and never train on each other's held-out documents) whatever their own seeds -- e.g. a
+    # warm-up and arms of several seeds continuing from it -- give the same value.
+    split_seed: int | None = None
+
+    def corpus_seed(self, run_seed: int) -> int:
+        """The seed that samples and splits the corpus: `split_seed`, else the run's seed."""
+        return run_seed if self.split_seed is None else int(self.split_seed)
 
     def validate(self) -> None:
         if self.block_size < 8:

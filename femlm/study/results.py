@@ -772,7 +772,9 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               "(femlm/train/flops.py: dense encoder at every row token, head at masked tokens). Curves are "
               "interpolated linearly onto the union of their evaluation points; bands and intervals are Student-t over "
               "pre-training seeds; differences are paired by seed (a seed fixes the data order, of which a K-copy arm "
-              "reads a prefix, and the dropout stream; every arm starts from the same warmed-up weights). Compute "
+              "reads a prefix, and the dropout stream; every arm starts from the same warmed-up weights; all runs, "
+              "the warm-up included, share one train/held-out document split, data.split_seed, so the held-out "
+              "loss is on documents none of them trained on). Compute "
               "ratios are geometric-mean ratios with a paired t-interval on the log scale; a run that never reaches the "
               "target enters at its budget and makes the ratio a bound.", ""]
     lines += pretrain_section(plan, pre) or ["Not run (or not finished).", ""]

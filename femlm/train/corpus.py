@@ -71,7 +71,7 @@ def dry_run_plan(cfg: Any, tokenizer: Any = None, prepare_small: bool = True) ->
     check_sources(cfg.domain, cfg.download)
     steps, per_step = _steps_and_sequences(cfg)
     tokenizer = tokenizer if tokenizer is not None else corpus_tokenizer(cfg)
-    key = corpus_key(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.seed)
+    key = corpus_key(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.data.corpus_seed(cfg.seed))
     final = corpus_dir(key, cfg.domain, cfg.download, cfg.download.cache_path())
     local = _local_bytes(cfg)
     if not is_prepared(final) and prepare_small and local is not None and local <= SMALL_BYTES:
@@ -85,7 +85,7 @@ def prepare_for(cfg: Any, tokenizer: Any, progress: bool | None = None) -> Any:
     from femlm.data.prepare import prepare_corpus
 
     return prepare_corpus(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
-                          num_proc=cfg.runtime.workers(), seed=cfg.seed, progress=progress)
+                          num_proc=cfg.runtime.workers(), seed=cfg.data.corpus_seed(cfg.seed), progress=progress)
 
 
 def training_plan(cfg: Any, meta: dict[str, Any]) -> CorpusPlan:

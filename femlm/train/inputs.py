@@ -91,7 +91,7 @@ def shared_wordpiece(cfg: Any) -> Path:
     from femlm.data.corpus import load_documents
     from femlm.data.tokenizer import train_wordpiece
 
-    documents = load_documents(cfg.domain, cfg.download, cfg.seed)
+    documents = load_documents(cfg.domain, cfg.download, cfg.data.corpus_seed(cfg.seed))
     digest = hashlib.sha256()
     for doc in documents:
         digest.update(doc.encode("utf-8", "surrogatepass") + b"\0")
@@ -119,7 +119,7 @@ def load_blocks(cfg: Any, tokenizer: Any, dist: DistInfo) -> tuple[Any, Any]:
 
     token = broadcast_object(uuid.uuid4().hex if dist.is_main else None, dist)
     corpus = prepare_shared(cfg.domain, tokenizer, cfg.data.block_size, cfg.download, cfg.download.cache_path(),
-                            num_proc=cfg.runtime.workers(), seed=cfg.seed, preparer=dist.local_rank == 0, token=token,
+                            num_proc=cfg.runtime.workers(), seed=cfg.data.corpus_seed(cfg.seed), preparer=dist.local_rank == 0, token=token,
                             waiters=dist.distributed)
     return corpus.train, corpus.validation
 

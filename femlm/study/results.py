@@ -416,10 +416,13 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
                      "checkpoint) give the held-out loss. Not DAPT's 72,000-paper corpus.")
     seen = warm.get("seen", {})
     wt = wcfg.get("trainer") or {}
+    starts = [r["curve"][0]["eval_loss"] for r in data["pretrain"] if r["curve"] and r["curve"][0]["step"] == 0]
     lines.append(f"- **Warm-up** (shared by every arm): MLM, {warm.get('steps', '?')} steps x "
                  f"{warm.get('rows_per_step', '?')} rows, lr {wt.get('lr', '?')}; {fmt(seen.get('source_tokens'))} "
                  f"tokens, {fmt((seen.get('train_flops') or 0) / 1e15, 3)} PFLOP; held-out loss "
-                 f"{fmt(warm.get('first_eval_loss'))} (fresh head) -> {fmt(warm.get('final_eval_loss'))}.")
+                 f"{fmt(warm.get('first_eval_loss'))} (fresh head) -> {fmt(warm.get('final_eval_loss'))}"
+                 + (f"; the arms' step-0 held-out loss: {fmt(min(starts))}-{fmt(max(starts))} (the same weights "
+                    "and held-out set: it must equal the warm-up's last)" if starts else "") + ".")
     runs = data["pretrain"]
     mlm = next((r for r in runs if r["mode"] == "any"), None)
     kcopy = next((r for r in runs if r["mode"] == "same_sequences"), None)

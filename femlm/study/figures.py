@@ -1,0 +1,80 @@
+"""The study's figures: loss against compute with seed bands, and downstream scores per seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from femlm.study.text import MODE_LABEL, label
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+COLORS = {"mlm_subword": "C0", "fe_subword": "C3", "iid_subword": "C2", "no_continual": "C7", "warmup_only": "C5"}
+
+
+def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    scale = 1e15
+    for arm, b in res["bands"].items():
+        x = np.asarray(b["flops"]) / scale
+        left.plot(x, b["mean"], color=COLORS.get(arm), label=f"{label(arm)} (n={int(np.nanmax(b['n']))})")
+        left.fill_between(x, b["low"], b["high"], color=COLORS.get(arm), alpha=0.2)
+    for key, t in res["targets"].items():
+        left.axhline(t["loss"], color="grey", lw=0.6, ls=":")
+        left.text(left.get_xlim()[0], t["loss"], f" target {key}", va="bottom", fontsize=7, color="grey")
+    left.set_xlabel("training compute (PFLOP, model FLOPs)")
+    left.set_ylabel("held-out masked-LM loss")
+    left.set_title(f"{MODE_LABEL.get(mode, mode)}: mean and 95% t-band over seeds")
+    left.legend(fontsize=8)
+    for arm, d in res["differences"].items():
+        x = np.asarray(d["flops"]) / scale
+        right.plot(x, d["mean"], color=COLORS.get(arm), label=f"{label(arm)} - MLM (paired, n={d['n']})")
+        right.fill_between(x, d["low"], d["high"], color=COLORS.get(arm), alpha=0.2)
+    right.axhline(0, color="black", lw=0.8)
+    right.set_xlabel("training compute (PFLOP)")
+    right.set_ylabel("loss difference to MLM (same seed)")
+    right.set_title("difference to MLM, 95% paired t-band (below 0: better)")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_downstream(down: dict[str, Any], path: Path, order: list[str]) -> Path:
+    plt = _plt()
+    tasks = list(down)
+    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(6.2 * max(len(tasks), 1), 4.4), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=False):
+        d = down[task]
+        names = [n for n in order if n in d["scores"]]
+        for i, name in enumerate(names):
+            vals = [v for v in d["scores"][name] if v is not None]
+            s = d["summary"][name]
+            ax.errorbar([i], [s["estimate"]], yerr=[[s["estimate"] - (s["low"] if s["low"] is not None else s["estimate"])],
+                                                     [(s["high"] if s["high"] is not None else s["estimate"]) - s["estimate"]]],
+                        fmt="o", color=COLORS.get(name, "C1"), capsize=5, ms=7)
+            ax.scatter(np.full(len(vals), i) + np.linspace(-0.15, 0.15, len(vals)), vals, s=12,
+                       color=COLORS.get(name, "C1"), alpha=0.5)
+        if d["majority"] is not None:
+            ax.axhline(d["majority"], color="black", ls="--", lw=0.8, label="majority class")
+            ax.legend(fontsize=8)
+        ax.set_xticks(range(len(names)), [label(n) for n in names], rotation=15, fontsize=8)
+        ax.set_ylabel(f"test {d['metric']}")
+        ax.set_title(f"{task}: mean, 95% t-interval and each fine-tuning seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

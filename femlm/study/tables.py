@@ -1,0 +1,107 @@
+"""The study's CSV files: one row per evaluation, band point, comparison, run and fine-tuning seed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from femlm.study import stats as st
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return path
+
+
+def curve_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for r in data["pretrain"]:
+        for c in r["curve"]:
+            rows.append({"arm": r["arm"], "mode": r["mode"], "seed": r["seed"], "step": c["step"],
+                         "train_flops": c.get("train_flops"), "eval_loss": c["eval_loss"],
+                         "eval_accuracy": c.get("eval_accuracy"), "sequences_seen": c.get("sequences_seen"),
+                         "rows_seen": c.get("rows_seen"), "masked_targets_seen": c.get("masked_targets_seen")})
+    if data.get("warmup"):
+        for c in data["warmup"]["curve"]:
+            rows.append({"arm": "warmup", "mode": "any", "seed": 0, "step": c["step"], "train_flops": c.get("train_flops"),
+                         "eval_loss": c["eval_loss"], "eval_accuracy": c.get("eval_accuracy"),
+                         "sequences_seen": c.get("sequences_seen"), "rows_seen": c.get("rows_seen"),
+                         "masked_targets_seen": c.get("masked_targets_seen")})
+    return rows
+
+
+def band_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for mode, res in pre.items():
+        if "bands" not in res:
+            continue
+        for arm, b in res["bands"].items():
+            for j, x in enumerate(b["flops"]):
+                rows.append({"mode": mode, "series": arm, "kind": "loss", "train_flops": x, "mean": b["mean"][j],
+                             "low": b["low"][j], "high": b["high"][j], "n": b["n"][j]})
+        for arm, d in res["differences"].items():
+            for j, x in enumerate(d["flops"]):
+                rows.append({"mode": mode, "series": f"{arm}-mlm", "kind": "paired difference", "train_flops": x,
+                             "mean": d["mean"][j], "low": d["low"][j], "high": d["high"][j], "n": d["n"]})
+    return rows
+
+
+def comparison_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for mode, res in pre.items():
+        if "arms" not in res:
+            continue
+        for arm, a in res["arms"].items():
+            for metric in ("final_loss", "mean_loss"):
+                m = a[metric]
+                rows.append({"mode": mode, "arm": arm, "quantity": metric, "estimate": m["estimate"], "low": m["low"],
+                             "high": m["high"], "n": m["n"], "std": m["std"], "method": "t over seeds"})
+        for arm, comp in res["comparisons"].items():
+            for metric in ("final_loss", "mean_loss"):
+                for how in ("paired", "welch"):
+                    m = comp[metric][how]
+                    rows.append({"mode": mode, "arm": arm, "quantity": f"{metric} difference to MLM ({how})",
+                                 "estimate": m["estimate"], "low": m["low"], "high": m["high"], "n": m["n"],
+                                 "p": m["p"], "method": m["method"],
+                                 "verdict": comp[metric]["verdict"] if how == "paired" else st.verdict(
+                                     st.Interval(m["estimate"], m["low"] if m["low"] is not None else st.NAN,
+                                                 m["high"] if m["high"] is not None else st.NAN, m["n"]))})
+            for key in res["targets"]:
+                m = comp[f"ratio_to_{key}"]
+                rows.append({"mode": mode, "arm": arm, "quantity": f"compute to target {key} / MLM's",
+                             "estimate": m["estimate"], "low": m["low"], "high": m["high"], "n": m["n"], "p": m["p"],
+                             "method": m["method"], "verdict": m["verdict"], "bound": m["bound"],
+                             "not_reached_arm": m["not_reached"]["arm"],
+                             "not_reached_mlm": m["not_reached"]["reference"]})
+    return rows
+
+
+def run_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"mode": mode, **r} for mode, res in pre.items() for r in res.get("per_run", [])]
+
+
+def downstream_rows(down: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    per_seed, summary = [], []
+    for task, d in down.items():
+        for row, vals in d["scores"].items():
+            for i, v in enumerate(vals):
+                per_seed.append({"task": task, "row": row, "seed_index": i + 1, f"test_{d['metric']}": v,
+                                 f"dev_{d['metric']}": (d["dev_scores"].get(row) or [None] * len(vals))[i]})
+            s = d["summary"][row]
+            c = d["vs_mlm"].get(row, {})
+            b = d["vs_no_continual"].get(row, {})
+            summary.append({"task": task, "row": row, "metric": d["metric"], "mean": s["estimate"], "std": s["std"],
+                            "low": s["low"], "high": s["high"], "n": s["n"], "majority": d["majority"],
+                            "diff_to_mlm": c.get("estimate"), "diff_low": c.get("low"), "diff_high": c.get("high"),
+                            "welch_p": c.get("p"), "exceeds_seed_noise": c.get("exceeds_seed_noise"),
+                            "diff_to_no_continual": b.get("estimate"), "diff_nc_low": b.get("low"),
+                            "diff_nc_high": b.get("high"), "exceeds_seed_noise_vs_no_continual": b.get("exceeds_seed_noise")})
+    return per_seed, summary

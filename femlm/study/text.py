@@ -1,0 +1,78 @@
+"""Labels and number formatting shared by the study's tables, sections and figures."""
+
+from __future__ import annotations
+
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from femlm.study import stats as st
+
+ARM_LABEL = {"mlm_subword": "MLM", "fe_subword": "FE-MLM (K=4)", "iid_subword": "i.i.d. K-mask (K=4)",
+             "no_continual": "no continual pre-training", "warmup_only": "warm-up only"}
+
+
+MODE_LABEL = {"same_rows": "same rows per step", "same_sequences": "same sequences per step"}
+
+
+def label(name: str) -> str:
+    return ARM_LABEL.get(name, name)
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    return f"{x:.{digits}f}"
+
+
+def fmt_ci(ci: dict[str, Any] | st.Interval, digits: int = 3) -> str:
+    d = ci.as_dict() if isinstance(ci, st.Interval) else ci
+    if d.get("low") is None or d.get("high") is None:
+        return f"{fmt(d.get('estimate'), digits)} (no interval)"
+    return f"{fmt(d['estimate'], digits)} [{fmt(d['low'], digits)}, {fmt(d['high'], digits)}]"
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def finite_or_none(x: Any) -> float | None:
+    return float(x) if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def as_interval(value: Any, ci: Any) -> dict[str, Any]:
+    ci = ci or [None, None]
+    return {"estimate": finite_or_none(value), "low": finite_or_none(ci[0]), "high": finite_or_none(ci[1])}
+
+
+def term_interval(t: dict[str, Any]) -> dict[str, Any]:
+    ci = t.get("ci") or [None, None]
+    return {"estimate": t.get("estimate"), "low": finite_or_none(ci[0]), "high": finite_or_none(ci[1])}
+
+
+def x100(x: Any) -> float | None:
+    return None if x is None else 100 * x
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def package_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "?"

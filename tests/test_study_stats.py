@@ -125,3 +125,19 @@ def test_downstream_difference_against_seed_noise() -> None:
         scores = {"mlm": rng.normal(0.3, 0.05, 5).tolist(), "fe": rng.normal(0.3, 0.05, 5).tolist()}
         false += st.compare_scores(scores, "mlm")["comparisons"]["fe"]["exceeds_seed_noise"]
     assert false / 300 < 0.10
+
+
+def test_fe_against_the_control_is_paired_by_seed() -> None:
+    """FE vs the i.i.d. K-mask control pairs runs by seed: a constant per-seed offset shared by both arms cancels,
+    so a small but consistent FE advantage is detected though the seeds' spread is far larger."""
+    from femlm.study.compare import fe_vs_control
+
+    offsets = {1: 0.0, 2: 1.0, 3: -1.0, 4: 2.0}
+    rows = [{"arm": arm, "seed": s, "final_loss": 5.0 + off + delta, "mean_loss": 6.0 + off + delta + 0.001 * s}
+            for s, off in offsets.items() for arm, delta in (("fe_subword", -0.05), ("iid_subword", 0.0))]
+    rows.append({"arm": "fe_subword", "seed": 9, "final_loss": 0.0, "mean_loss": 0.0})  # no partner: left out
+    out = fe_vs_control(rows, "fe_subword", "iid_subword", 0.95)
+    assert out is not None and out["paired_seeds"] == [1, 2, 3, 4]
+    assert out["final_loss"]["estimate"] == pytest.approx(-0.05)
+    assert out["final_loss"]["verdict"] == "lower" and out["mean_loss"]["verdict"] == "lower"
+    assert fe_vs_control(rows, "fe_subword", "absent_arm", 0.95) is None

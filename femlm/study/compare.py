@@ -30,7 +30,25 @@ def analyse_pretraining(plan: dict[str, Any], data: dict[str, Any]) -> dict[str,
         res = st.compare_pretraining(arms, p["reference"], fractions, level)
         res["falling"] = still_falling(arms[p["reference"]], res["range"], level)
         res["differences"] = difference_bands(arms, p["reference"], np.asarray(res["grid"]), level)
+        res["fe_vs_control"] = fe_vs_control(res["per_run"], p.get("fe_arm", "fe_subword"),
+                                             p.get("control", "iid_subword"), level)
         out[mode] = res
+    return out
+
+
+def fe_vs_control(per_run: list[dict[str, Any]], fe: str, control: str, level: float) -> dict[str, Any] | None:
+    """FE-MLM against the i.i.d. K-mask control, paired by seed: the same K copies per sequence and the same compute,
+    only the non-overlap differs, so this isolates what the paper's covariance argument is about."""
+    by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in per_run:
+        by_arm.setdefault(row["arm"], {})[row["seed"]] = row
+    if fe not in by_arm or control not in by_arm:
+        return None
+    seeds = sorted(set(by_arm[fe]) & set(by_arm[control]))
+    out: dict[str, Any] = {"fe": fe, "control": control, "paired_seeds": seeds}
+    for metric in ("final_loss", "mean_loss"):
+        ci = st.paired([by_arm[fe][s][metric] for s in seeds], [by_arm[control][s][metric] for s in seeds], level)
+        out[metric] = {**ci.as_dict(), "verdict": st.verdict(ci)}
     return out
 
 

@@ -54,10 +54,21 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo, else what platform knows): every timing is stated with it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
 def hardware() -> dict[str, Any]:
     import torch
 
-    info: dict[str, Any] = {"platform": platform.platform(), "cpus": os.cpu_count(),
+    info: dict[str, Any] = {"cpu": cpu_model(), "platform": platform.platform(), "cpus": os.cpu_count(),
                             "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1] / "femlm"
 ALLOWED = {
     "errors": set(),
     "runs": {"errors"},
-    "runtime": {"errors"},
+    "runtime": {"errors", "runs"},
     "masking": set(),
     "paper": set(),
     "data": {"femlm", "errors"},
@@ -23,7 +23,7 @@ ALLOWED = {
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
     "cli": {"commands", "compose", "config", "errors", "runs"},
-    "study": {"data", "errors", "models", "report"},
+    "study": {"data", "errors", "models", "report", "runs"},
 }
 
 

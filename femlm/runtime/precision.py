@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,19 +21,12 @@ from typing import Any
 
 import torch
 
+from femlm.runs import cpu_model
+
 MARGIN = 1.10  # bf16 must be this much faster: near-ties keep fp32 (exact numerics, no autocast overhead)
 ROWS, HIDDEN, FFN = 512, 256, 1024  # a tiny-BERT feed-forward block at 4 x 128 tokens
 REPEATS = 5
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _cache_file() -> Path:

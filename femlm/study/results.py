@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from femlm.runs import cpu_model
 from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.figures import plot_curves, plot_downstream
 from femlm.study.plan import Step, final, pretrain_dir
 from femlm.study.readme import summary_block, update_readme, write_readme
 from femlm.study.tables import band_rows, comparison_rows, curve_rows, downstream_rows, run_rows, write_csv
-from femlm.study.text import MODE_LABEL, cpu_model
+from femlm.study.text import MODE_LABEL
 
 
 def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path, timings: dict[str, Any],

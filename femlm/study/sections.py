@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
+from femlm.runs import cpu_model
 from femlm.study.collect import run_config
 from femlm.study.text import (
     MODE_LABEL,
     as_interval,
-    cpu_model,
     finite_or_none,
     fmt,
     fmt_ci,

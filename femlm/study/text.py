@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import platform
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,15 +56,6 @@ def term_interval(t: dict[str, Any]) -> dict[str, Any]:
 def x100(x: Any) -> float | None:
     return None if x is None else 100 * x
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def package_version(name: str) -> str:

@@ -23,7 +23,7 @@ ALLOWED = {
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
     "cli": {"commands", "compose", "config", "errors", "runs"},
-    "study": {"data", "errors", "models", "report", "runs"},
+    "study": {"analysis", "data", "errors", "models", "report", "runs"},
 }
 
 

@@ -43,9 +43,23 @@ def _fmt(value: float) -> str:
 
 
 def _with_ci(value: float, ci: list[float]) -> str:
-    if not all(math.isfinite(c) for c in ci):
+    if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):  # JSON writes NaN as null
         return _fmt(value)
     return f"{_fmt(value)} [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def verdict_table(verdicts: dict[str, Any]) -> list[str]:
+    """Markdown rows of the per-K verdicts (also the study's README, from decomposition.json)."""
+    lines = ["| K | FE / MLM per unit compute [95% CI] | c_FE + sigma_d2 [95% CI] | measured, same rows | "
+             "measured, same sequences | i.i.d. / MLM | verdict |", "|---:|---|---|---|---|---|---|"]
+    for k, v in verdicts.items():
+        fe, iid = v["fe"], v["iid"]
+        lines.append(f"| {k} | {_with_ci(fe['per_compute_vs_mlm'], fe['ci'])} | "
+                     f"{_with_ci(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci'])} | "
+                     f"{_with_ci(fe['measured_same_rows'], fe['measured_same_rows_ci'])} | "
+                     f"{_with_ci(fe['measured_same_sequences'], fe['measured_same_sequences_ci'])} | "
+                     f"{_with_ci(iid['per_compute_vs_mlm'], iid['ci'])} | {fe['verdict']} |")
+    return lines
 
 
 def decomposition_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], null_rows: list[dict[str, Any]],
@@ -68,16 +82,7 @@ def decomposition_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], 
     lines += ["", "Batch variance with S sequences of K copies: (1/S) [sigma_d2 + sigma_m2 / K + (1 - 1/K) c]. "
               "Per unit compute (variance x rows per step) FE costs K sigma_d2 + sigma_m2 + (K - 1) c_FE against "
               "MLM's sigma_d2 + sigma_m2 in *both* equal-compute modes, so FE wins iff c_FE < -sigma_d2.", "",
-              "## Verdict per K (equal compute)", "",
-              "| K | FE / MLM per unit compute [95% CI] | c_FE + sigma_d2 [95% CI] | measured, same rows | "
-              "measured, same sequences | i.i.d. / MLM | verdict |", "|---:|---|---|---|---|---|---|"]
-    for k, v in summary["verdicts"].items():
-        fe, iid = v["fe"], v["iid"]
-        lines.append(f"| {k} | {_with_ci(fe['per_compute_vs_mlm'], fe['ci'])} | "
-                     f"{_with_ci(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci'])} | "
-                     f"{_with_ci(fe['measured_same_rows'], fe['measured_same_rows_ci'])} | "
-                     f"{_with_ci(fe['measured_same_sequences'], fe['measured_same_sequences_ci'])} | "
-                     f"{_with_ci(iid['per_compute_vs_mlm'], iid['ci'])} | {fe['verdict']} |")
+              "## Verdict per K (equal compute)", "", *verdict_table(summary["verdicts"])]
     lines += ["", "Measured ratios come from batches resampled from the pool (data term (1 - 1/S_p) sigma_d2), "
               "predicted ones are for sequences drawn from the corpus.", "",
               "## Batch-gradient variance per arm", "",

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from femlm.analysis.decomposition_run import verdict_table
 from femlm.runs import cpu_model
 from femlm.study.collect import run_config
 from femlm.study.text import (
@@ -107,14 +108,8 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
                   f"| mask term sigma_m2 | {fmt_ci(term_interval(terms['sigma_m2']), 4)} |",
                   f"| c_FE (two disjoint masks of one sequence) | {fmt_ci(term_interval(terms['c_fe']), 4)} |",
                   f"| c_iid (control, 0 expected) | {fmt_ci(term_interval(terms['c_iid']), 4)} |", "",
-                  "| K | FE / MLM variance per unit compute, predicted [95% CI] | measured, same rows | measured, same "
-                  "sequences | i.i.d. / MLM predicted | verdict |", "|---:|---|---|---|---|---|"]
-        for k, v in j["verdicts"].items():
-            fe, iid = v["fe"], v["iid"]
-            lines.append(f"| {k} | {fmt_ci(as_interval(fe['per_compute_vs_mlm'], fe['ci']))} | "
-                         f"{fmt_ci(as_interval(fe['measured_same_rows'], fe['measured_same_rows_ci']))} | "
-                         f"{fmt_ci(as_interval(fe['measured_same_sequences'], fe['measured_same_sequences_ci']))} | "
-                         f"{fmt_ci(as_interval(iid['per_compute_vs_mlm'], iid['ci']))} | {fe['verdict']} |")
+                  "Per K, at the run's batch size (predicted ratios are per unit compute; measured ones from directly "
+                  "resampled batches):", "", *verdict_table(j["verdicts"])]
         v4 = j["verdicts"].get("4") or next(iter(j["verdicts"].values()))
         fe = v4["fe"]
         ci = fe["ci"]

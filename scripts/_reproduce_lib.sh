@@ -4,7 +4,8 @@
 # Every step writes into a fixed run directory (hydra.run.dir=...), so a re-run can tell what is done:
 #   pre-training  done when <dir>/checkpoints/final and <dir>/summary.json exist; a directory with run.json
 #                 but no final checkpoint is continued with resume=<dir>;
-#   fine-tuning   done when <dir>/results.json exists;
+#   fine-tuning   done when <dir>/results.json says "complete" (it is rewritten after every seed, so a run
+#                 killed between seeds leaves one that does not);
 #   other steps   done when their output file exists.
 # A fine-tuning / analysis / sweep directory left without its output (a killed run) is moved aside to
 # <dir>.incomplete-<time> and the step runs again: those commands have no resume, and femlm refuses to
@@ -90,10 +91,17 @@ pretrain_step() {
 }
 
 # once_step OUTPUT_FILE COMMAND RUN_DIR OVERRIDE...: run unless RUN_DIR/OUTPUT_FILE exists.
+# output_done FILE: the file exists and, when it is a fine-tuning results.json, says it is complete.
+output_done() {
+  [[ -f $1 ]] || return 1
+  [[ $(basename "$1") != results.json ]] && return 0
+  "$PYTHON" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("complete", True) else 1)' "$1"
+}
+
 once_step() {
   local output=$1 command=$2 dir=$3
   shift 3
-  if [[ -f $dir/$output ]]; then
+  if output_done "$dir/$output"; then
     log "skip $command: $dir/$output exists"
     return 0
   fi

@@ -12,7 +12,7 @@
 #   --plan   print the expected GPU hours / memory and the commands, run nothing
 #
 # The expected cost is printed before anything starts. Re-running resumes: an arm whose final checkpoint
-# (pre-training) or results.json (fine-tuning) exists is skipped, a cut pre-training continues from its
+# (pre-training) or a complete results.json (fine-tuning) exists is skipped, a cut pre-training continues from its
 # last saved state (resume), other cut steps run again. Run directories: runs/paper/<experiment>/.
 # Environment: FEMLM_MIRROR / FEMLM_CACHE (data), FEMLM_PAPER_RUNS (default runs/paper),
 #   FEMLM_PAPER_OUT (default results/paper), FEMLM_ALLOW_CPU=1 to start without a GPU, DRY_RUN=1.

@@ -109,6 +109,8 @@ def test_tiny_script_skips_and_resumes(tmp_path: Path) -> None:
     (runs / "finetune_fe_subword_aclarc").mkdir()
     (runs / "finetune_fe_subword_aclarc" / "results.json").write_text("{}")
     (runs / "finetune_mlm_subword_aclarc").mkdir()  # a killed fine-tune: no results.json
+    (runs / "finetune_mlm_subword_scierc").mkdir()  # killed between seeds: results.json of the seeds so far
+    (runs / "finetune_mlm_subword_scierc" / "results.json").write_text('{"complete": false, "seeds": [{}]}')
     env = {"FEMLM_MIRROR": str(tmp_path / "mirror"), "FEMLM_TINY_RUNS": str(runs)}
     proc = _run("reproduce_tiny.sh", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +121,7 @@ def test_tiny_script_skips_and_resumes(tmp_path: Path) -> None:
     assert not any(f"hydra.run.dir={runs}/finetune_fe_subword_aclarc" in c for c in commands)
     assert f"skip pretrain-scratch: {done}/checkpoints/final exists" in proc.stderr
     assert "moving the incomplete run" in proc.stderr and "finetune_mlm_subword_aclarc" in proc.stderr
+    assert any(f"hydra.run.dir={runs}/finetune_mlm_subword_scierc" in c for c in commands)
 
 
 def test_tiny_script_needs_a_mirror(tmp_path: Path) -> None:

@@ -197,3 +197,14 @@ def test_optional_step_is_skipped_past_the_time_budget(tmp_path: Path, monkeypat
     again.plan["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
     again.plan["estimate"]["budget_minutes"] = 1e6
     assert again.run() == 0 and [n for n, _ in fake.calls] == ["decomposition on the mlm_final checkpoint"]
+
+
+def test_a_fine_tuning_killed_between_seeds_is_not_done(tmp_path: Path) -> None:
+    """results.json is rewritten after every seed; only one that says "complete" marks the step done."""
+    plan = load_plan(smoke=True)
+    step = next(s for s in build_steps(plan, tmp_path / "runs", tmp_path / "enc") if s.part == "finetune")
+    step.run_dir.mkdir(parents=True)
+    (step.run_dir / "results.json").write_text(json.dumps({"complete": False, "seeds": [{}]}))
+    assert not step.done()
+    (step.run_dir / "results.json").write_text(json.dumps({"complete": True, "seeds": [{}, {}]}))
+    assert step.done()

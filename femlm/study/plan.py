@@ -21,6 +21,7 @@ Smoke (``FEMLM_STUDY_SMOKE=1`` / ``--smoke``): the ``smoke:`` block of the same 
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,12 @@ class Step:
     def done(self) -> bool:
         if self.kind == "pretrain":
             return (self.run_dir / "summary.json").is_file() and (self.run_dir / "checkpoints" / "final").is_dir()
-        return bool(self.output) and (self.run_dir / self.output).is_file()
+        path = self.run_dir / self.output
+        if not self.output or not path.is_file():
+            return False
+        if self.output == "results.json":  # rewritten after every seed: a run killed between seeds is not done
+            return bool(json.loads(path.read_text()).get("complete", True))
+        return True
 
     def started(self) -> bool:
         return (self.run_dir / "run.json").is_file()

@@ -81,6 +81,19 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+
+def read_metrics(metrics_path: Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``; a line torn by a kill mid-write is skipped."""
+    records = []
+    if metrics_path.is_file():
+        for line in metrics_path.read_text(errors="replace").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
 @dataclass
 class Run:
     """A run's directory and its metric log. Only the main process (rank 0) writes."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from femlm.errors import UserError
+from femlm.runs import read_metrics
 from femlm.train import checkpoint as ckpt
 from femlm.train.core import DataOrder
 from femlm.train.resume import check_resume, config_dict, first_difference, write_config
@@ -73,7 +74,7 @@ def test_truncate_metrics_drops_records_after_the_checkpoint(tmp_path: Path) -> 
              {"note": "no step"}, {"step": 5, "loss": 3.9}, {"step": 6, "loss": 3.8}]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 7, "lo')  # torn last line
     assert ckpt.truncate_metrics(path, 4) == 3
-    kept = ckpt.read_metrics(path)
+    kept = read_metrics(path)
     assert [r.get("step") for r in kept] == [0, 4, 4, None]
     assert ckpt.truncate_metrics(path, -1) == 3  # no state at all: every step record goes
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.paper import normalise_task
+from femlm.runs import read_metrics
 
 RESULT_FILES = {"results.json": "finetune", "efficiency.json": "efficiency", "summary.json": "pretrain",
                 "analysis.json": "analysis"}
@@ -191,14 +192,7 @@ def _finetune(path: Path, data: dict[str, Any]) -> FinetuneResult:
 
 def _eval_curve(run_dir: Path) -> list[tuple[int, float]]:
     curve: list[tuple[int, float]] = []
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return curve
-    for line in metrics.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a run killed mid-write leaves a partial last line
+    for record in read_metrics(run_dir / "metrics.jsonl"):
         loss, step = record.get("eval_loss"), record.get("step")
         if isinstance(loss, (int, float)) and isinstance(step, (int, float)) and math.isfinite(loss):
             curve.append((int(step), float(loss)))

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from femlm.runs import read_metrics
 from femlm.study.plan import Step
 
 
@@ -15,27 +16,10 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
 
 def eval_curve(run_dir: Path) -> list[dict[str, Any]]:
     """The eval records of a pre-training run: step, train_flops, eval_loss, eval_accuracy and the counts."""
-    evals = [r for r in read_records(run_dir / "metrics.jsonl") if r.get("eval_loss") is not None]
-    summary = read_json(run_dir / "summary.json") or {}
-    if evals and "train_flops" not in evals[-1] and summary.get("seen", {}).get("train_flops"):
-        per_step = summary["seen"]["train_flops"] / max(summary.get("steps", 1), 1)  # older runs: constant steps
-        for r in evals:
-            r["train_flops"] = r["step"] * per_step
-    return evals
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("eval_loss") is not None]
 
 
 def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, Any]:

@@ -21,21 +21,16 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+CURVE_FIELDS = ("step", "train_flops", "eval_loss", "eval_accuracy", "sequences_seen", "rows_seen",
+                "masked_targets_seen")
+
+
 def curve_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for r in data["pretrain"]:
-        for c in r["curve"]:
-            rows.append({"arm": r["arm"], "mode": r["mode"], "seed": r["seed"], "step": c["step"],
-                         "train_flops": c.get("train_flops"), "eval_loss": c["eval_loss"],
-                         "eval_accuracy": c.get("eval_accuracy"), "sequences_seen": c.get("sequences_seen"),
-                         "rows_seen": c.get("rows_seen"), "masked_targets_seen": c.get("masked_targets_seen")})
+    """One row per evaluation of every pre-training run, the shared warm-up's as arm "warmup"."""
+    runs = [({"arm": r["arm"], "mode": r["mode"], "seed": r["seed"]}, r["curve"]) for r in data["pretrain"]]
     if data.get("warmup"):
-        for c in data["warmup"]["curve"]:
-            rows.append({"arm": "warmup", "mode": "any", "seed": 0, "step": c["step"], "train_flops": c.get("train_flops"),
-                         "eval_loss": c["eval_loss"], "eval_accuracy": c.get("eval_accuracy"),
-                         "sequences_seen": c.get("sequences_seen"), "rows_seen": c.get("rows_seen"),
-                         "masked_targets_seen": c.get("masked_targets_seen")})
-    return rows
+        runs.append(({"arm": "warmup", "mode": "any", "seed": 0}, data["warmup"]["curve"]))
+    return [{**ident, **{k: c.get(k) for k in CURVE_FIELDS}} for ident, curve in runs for c in curve]
 
 
 def band_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:

@@ -204,13 +204,3 @@ def truncate_metrics(metrics_path: Path, last_step: int) -> int:
     os.replace(tmp, metrics_path)
     return dropped
 
-
-def read_metrics(metrics_path: Path) -> list[dict[str, Any]]:
-    records = []
-    if metrics_path.is_file():
-        for line in metrics_path.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records

@@ -22,6 +22,7 @@ import torch
 
 from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
+from femlm.runs import read_metrics
 from femlm.runtime.device import configure_process, precision_name
 from femlm.train import checkpoint as ckpt
 from femlm.train import inputs
@@ -221,7 +222,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
             progress: Progress, dist: DistInfo, corpus: Any, new_head: list[str] | None = None) -> dict[str, Any]:
     from femlm.runs import hardware
 
-    evals = [r for r in ckpt.read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
+    evals = [r for r in read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
     final_loss = evals[-1]["eval_loss"] if evals else None
     summary = {"kind": "pretrain", "command": cfg.command, "masking": cfg.masking.name, "domain": cfg.domain.name,
                "model": cfg.model.name, "steps": core.max_steps, "max_steps": cfg.trainer.max_steps,

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from femlm.train.checkpoint import read_metrics
+from femlm.runs import read_metrics
 
 
 class Wandb:

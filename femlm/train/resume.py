@@ -71,8 +71,8 @@ def check_resume(run_dir: Path, current: dict[str, Any], writer: bool = True) ->
         raise UserError(f"resume: {key}={new!r} differs from the run being resumed ({key}={old!r} in {path}); "
                         "resume with the original run's overrides (its config.yaml) or start a new run")
     if saved.get("trainer", {}).get("max_steps") != current["trainer"]["max_steps"]:
-        warnings.warn("trainer.max_steps changed on resume: the learning-rate schedule is stretched to the new "
-                      "length from the current step on", stacklevel=2)
+        warnings.warn("trainer.max_steps changed on resume: the learning-rate schedule (and a linear "
+                      "masking.ratio_schedule) is stretched to the new length from the current step on", stacklevel=2)
     return saved
 
 

@@ -167,7 +167,7 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     tau_v = None
     if do_var:
         try:
-            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.num_masks))
+            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.num_masks), acfg.ratio)
         except ValueError as err:
             raise UserError(str(err)) from None
     grads = MaskedLMGradients(model, input_ids, None, tokenizer.mask_token_id, acfg.parameters, acfg.method,

@@ -107,3 +107,12 @@ def test_resume_mid_schedule_is_exact(monkeypatch: pytest.MonkeyPatch, tmp_path:
     ref, res = (load_file(tmp_path / d / "checkpoints" / "final" / "model.safetensors") for d in ("reference",
                                                                                                    "crashed"))
     assert all(torch.equal(ref[k], res[k]) for k in ref)
+
+
+def test_a_run_saved_before_ratio_schedules_existed_still_resumes() -> None:
+    from femlm.train.resume import first_difference
+
+    current = {"masking": {"ratio": 0.15, "ratio_schedule": "constant", "ratio_final": None}}
+    assert first_difference({"masking": {"ratio": 0.15}}, current) is None
+    linear = {"masking": {"ratio": 0.15, "ratio_schedule": "linear", "ratio_final": 0.1}}
+    assert first_difference({"masking": {"ratio": 0.15}}, linear) == ("masking.ratio_schedule", "constant", "linear")

@@ -8,6 +8,7 @@ from femlm.errors import UserError, require_choice, require_positive
 
 KINDS = ("covariance", "variance", "both", "decomposition")
 METHODS = ("auto", "hooks", "vmap")
+DEFAULT_CHUNK = 16  # rows per per-example-gradient pass when runtime.micro_batch_size is null
 
 
 @dataclass

@@ -30,12 +30,14 @@ import torch
 
 from femlm.errors import UserError
 
+from .config import DEFAULT_CHUNK
 from .decomposition import decomposition_cost, decomposition_study
 from .decomposition_figures import plot_decomposition, plot_null_model
 from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .null_model import null_model_cost, null_model_study
 from .studies import make_reference, resolve_variance_tau
+from .tables import write_csv
 
 
 def _fmt(value: float) -> str:
@@ -130,8 +132,6 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
 
     from femlm.runs import hardware
     from femlm.runtime.device import pick_device
-
-    from .run import DEFAULT_CHUNK, write_csv
 
     acfg = cfg.analysis
     start = time.time()

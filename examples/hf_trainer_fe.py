@@ -14,7 +14,7 @@ from itertools import chain
 from pathlib import Path
 
 from datasets import load_dataset
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, Trainer, TrainingArguments
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, Trainer, TrainingArguments, set_seed
 
 from femlm import DataCollatorForFullyExploredLM
 
@@ -46,6 +46,7 @@ def blocks_and_model(args: argparse.Namespace):
         n = len(joined["input_ids"]) // args.block_size * args.block_size
         return {k: [v[i : i + args.block_size] for i in range(0, n, args.block_size)] for k, v in joined.items()}
 
+    set_seed(0)  # the random model's initial weights
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=128, max_position_embeddings=args.block_size)
     return tokenizer, tokenized.map(group_texts, batched=True), BertForMaskedLM(config)

@@ -140,9 +140,9 @@ class Masker:
 
     def budget(self, n_valid: torch.Tensor, ratio: float | None = None) -> torch.Tensor:
         """tau per row at ``ratio`` (default ``cfg.ratio``; see :func:`femlm.masking.sampling.mask_budget`)."""
-        return mask_budget(n_valid, self.ratio(ratio), self.num_copies)
+        return mask_budget(n_valid, self.resolve_ratio(ratio), self.num_copies)
 
-    def ratio(self, ratio: float | None = None) -> float:
+    def resolve_ratio(self, ratio: float | None = None) -> float:
         """``ratio`` (a point of the config's schedule, ``cfg.ratio_at``) checked against K, or ``cfg.ratio``."""
         if ratio is None:
             return self.cfg.ratio
@@ -178,7 +178,7 @@ class Masker:
         k = self.num_copies
         valid = self.valid_mask(input_ids, attention_mask, special_mask)
         if cfg.count == "bernoulli":
-            return select_subword_bernoulli(valid, self.ratio(ratio), k, generator)
+            return select_subword_bernoulli(valid, self.resolve_ratio(ratio), k, generator)
         n_valid = valid.sum(dim=1)
         tau = self.budget(n_valid, ratio)
         self.check_fits(n_valid, tau)

@@ -33,7 +33,7 @@ test-all: $(STAMP)
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check femlm tests benchmarks
+	$(BIN)/ruff check femlm tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_masking.py

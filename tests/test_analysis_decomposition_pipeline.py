@@ -74,6 +74,9 @@ def test_decomposition_rejects_settings_that_do_not_fit(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="variance_tau=8 with K=4"):
         analyze(analyze_config(tmp_path, **{**SETTINGS, "variance_tau": 8}), make_run(tmp_path),
                 micro_model(len(tok)), tok, blocks(6, 24), info)
+    with pytest.raises(UserError, match=r"analysis.ratio=0.3 gives tau=7 of 22 .* K=4"):  # the ratio reaches it
+        analyze(analyze_config(tmp_path, **{**SETTINGS, "ratio": 0.3}), make_run(tmp_path / "r"),
+                micro_model(len(tok)), tok, blocks(6, 24), info)
     with pytest.raises(UserError, match="only 3 sequences"):
         analyze(analyze_config(tmp_path, **SETTINGS), make_run(tmp_path / "x"), micro_model(len(tok)), tok,
                 blocks(3, 24), info)

@@ -187,5 +187,9 @@ def test_resolve_variance_tau() -> None:
     assert resolve_variance_tau(510, 128, None, [2, 4, 6, 8]) == 63
     assert resolve_variance_tau(126, 16, None, [2, 4, 6, 8]) == 15
     assert resolve_variance_tau(126, 16, 10, [2, 4]) == 10
+    assert resolve_variance_tau(126, 16, None, [2], ratio=0.3) == 38  # round(37.8): a point of a schedule
+    assert resolve_variance_tau(128, 16, None, [2, 4, 8], ratio=0.125) == 16
+    with pytest.raises(ValueError, match=r"analysis.ratio=0.3 gives tau=38 of 126 .* K=4 disjoint masks need 152"):
+        resolve_variance_tau(126, 16, None, [2, 4], ratio=0.3)
     with pytest.raises(ValueError, match="K=8"):
         resolve_variance_tau(126, 16, 16, [2, 8])

@@ -8,6 +8,7 @@ from femlm.errors import UserError, require_choice, require_positive
 
 KINDS = ("covariance", "variance", "both", "decomposition")
 METHODS = ("auto", "hooks", "vmap")
+DEFAULT_CHUNK = 16  # rows per per-example-gradient pass when runtime.micro_batch_size is null
 
 
 @dataclass
@@ -18,6 +19,9 @@ class AnalysisConfig:
     # tau of the K-mask variance study; None: min(tau, n // max(num_masks)) so that every K fits disjointly
     # (K * tau <= n); an explicit value that does not fit some K is an error, never a silent overlap.
     variance_tau: int | None = None
+    # A masking rate instead (e.g. a masking.ratio_schedule's value at a checkpoint's step): the K-mask variance
+    # study and the decomposition use tau = round(ratio * n), checked against every K (K * tau <= n).
+    ratio: float | None = None
     budget: int = 200  # mask pairs (covariance) or K-mask draws per arm (variance)
     reference: int = 64  # i.i.d. uniform masks per sequence that estimate the mean gradient g-bar
     hamming_bins: int = 8  # strata of equal width over H in [0, H_max]; pairs are spread evenly over them
@@ -49,6 +53,11 @@ class AnalysisConfig:
                             "variance is estimated from them)")
         if self.variance_tau is not None and self.variance_tau < 1:
             raise UserError(f"analysis.variance_tau={self.variance_tau}: a positive integer, or null")
+        if self.ratio is not None and not 0 < self.ratio <= 1:
+            raise UserError(f"analysis.ratio={self.ratio}: a masking rate in (0, 1], or null")
+        if self.ratio is not None and self.variance_tau is not None:
+            raise UserError(f"analysis.ratio={self.ratio} and analysis.variance_tau={self.variance_tau}: set one of "
+                            "them (both fix tau), the other null")
         if self.budget < 2 and self.kind in ("variance", "both"):
             raise UserError(f"analysis.budget={self.budget}: the variance study needs at least 2 draws")
         if not self.num_masks or min(self.num_masks) < 2:

@@ -94,25 +94,19 @@ import torch
 
 from femlm.masking import make_generator
 
+from .decomposition_check import check_batches, check_rows_fit
 from .estimators import GradFn, Progress, percentile_ci, reference_stats
 from .masks import sample_kmasks, sample_uniform
 from .sketch import CountSketch, gram
 
-STREAM_REFERENCE, STREAM_IID, STREAM_FE, STREAM_CHECK, STREAM_BOOT, STREAM_SKETCH = 21, 22, 23, 24, 25, 26
-MODES = ("same_rows", "same_sequences")
+# masks and resamples: one stream each (24 is decomposition_check.STREAM_CHECK)
+STREAM_REFERENCE, STREAM_IID, STREAM_FE, STREAM_BOOT, STREAM_SKETCH = 21, 22, 23, 25, 26
 NAN2 = [float("nan"), float("nan")]
 
 
 def decomposition_cost(pool: int, reference: int, draws: int, kmax: int, batches: int, rows: int) -> dict[str, int]:
     """Gradient rows of the study: the terms, and the direct check of the predictions."""
     return {"terms": pool * (reference + 2 * draws * kmax), "check": 2 * batches * rows * kmax}
-
-
-def check_rows_fit(rows: int, num_masks: list[int]) -> None:
-    bad = [k for k in num_masks if rows % k]
-    if bad:
-        raise ValueError(f"batch rows R={rows} is not a multiple of K={bad[0]}: the same-rows arm holds R / K "
-                         f"sequences x K copies (trainer.equal_compute=same_rows needs the same)")
 
 
 # ---------------------------------------------------------------------------------------------- terms
@@ -311,8 +305,6 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
     rng = np.random.default_rng(make_generator(seed, 0, micro_step=STREAM_BOOT).initial_seed())
     point = {k: v[0] for k, v in term_estimates(terms, np.ones((1, pool)), resampled=False).items()}
     boot = term_estimates(terms, rng.multinomial(pool, np.full(pool, 1 / pool), size=n_boot)) if n_boot else None
-    from .decomposition_check import check_batches  # here: that module reads this one's constants
-
     measured_x = (check_batches(grad_fn, valid, ks, tau, rows, batches, terms.pool_mean, seed, chunk, progress)
                   if batches else None)
     batch_counts = rng.multinomial(batches, np.full(batches, 1 / batches), size=n_boot) if batches and n_boot else None

@@ -12,9 +12,18 @@ import torch
 
 from femlm.masking import make_generator
 
-from .decomposition import MODES, STREAM_CHECK, check_rows_fit
 from .estimators import GradFn, Progress
 from .masks import sample_kmasks
+
+STREAM_CHECK = 24  # the batches' masks (femlm.analysis.decomposition's streams are 21-26)
+MODES = ("same_rows", "same_sequences")
+
+
+def check_rows_fit(rows: int, num_masks: list[int]) -> None:
+    bad = [k for k in num_masks if rows % k]
+    if bad:
+        raise ValueError(f"batch rows R={rows} is not a multiple of K={bad[0]}: the same-rows arm holds R / K "
+                         f"sequences x K copies (trainer.equal_compute=same_rows needs the same)")
 
 
 def check_batches(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau: int, rows: int, batches: int,

@@ -30,12 +30,14 @@ import torch
 
 from femlm.errors import UserError
 
+from .config import DEFAULT_CHUNK
 from .decomposition import decomposition_cost, decomposition_study
 from .decomposition_figures import plot_decomposition, plot_null_model
 from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .null_model import null_model_cost, null_model_study
 from .studies import make_reference, resolve_variance_tau
+from .tables import write_csv
 
 
 def _fmt(value: float) -> str:
@@ -131,8 +133,6 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
     from femlm.runs import hardware
     from femlm.runtime.device import pick_device
 
-    from .run import DEFAULT_CHUNK, write_csv
-
     acfg = cfg.analysis
     start = time.time()
     pool, seqs = acfg.pool, acfg.sequences
@@ -145,7 +145,7 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
     n_pool, n_null = int(n_valid[:pool].min()), int(n_valid[:seqs].min())
     num_masks = sorted(set(acfg.num_masks))
     try:
-        tau = resolve_variance_tau(n_pool, acfg.tau, acfg.variance_tau, num_masks)
+        tau = resolve_variance_tau(n_pool, acfg.tau, acfg.variance_tau, num_masks, acfg.ratio)
     except ValueError as err:
         raise UserError(str(err)) from None
     if not 0 < acfg.tau < n_null:
@@ -184,7 +184,8 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
     summary: dict[str, Any] = {
         "kind": "analysis", "analysis_kind": "decomposition", "domain": cfg.domain.name, "model": model_info,
         "seed": cfg.seed,
-        "settings": {"pool": pool, "block_size": int(input_ids.shape[1]), "tau": tau, "num_masks": num_masks,
+        "settings": {"pool": pool, "block_size": int(input_ids.shape[1]), "tau": tau, "ratio": acfg.ratio,
+                     "num_masks": num_masks,
                      "batch_rows": acfg.batch_rows, "reference": acfg.reference, "draws": acfg.draws,
                      "check_batches": acfg.check_batches, "bootstrap": acfg.bootstrap, "sketch_dim": acfg.sketch_dim,
                      "chunk": chunk, "device": str(device), "method": grads.method,

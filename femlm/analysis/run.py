@@ -19,7 +19,6 @@ variance ``S (J + 2 budget max(K))`` (J reference masks are shared when both stu
 
 from __future__ import annotations
 
-import csv
 import re
 import shutil
 import time
@@ -33,6 +32,8 @@ from femlm.data.sources import check_sources
 from femlm.errors import UserError
 from femlm.runtime.device import configure_process, pick_device
 
+from .config import DEFAULT_CHUNK
+from .decomposition_run import analyze_decomposition
 from .figures import plot_covariance_distribution, plot_covariance_vs_hamming, plot_variance
 from .gradients import MaskedLMGradients
 from .masks import valid_positions
@@ -44,8 +45,7 @@ from .studies import (
     variance_cost,
     variance_study,
 )
-
-DEFAULT_CHUNK = 16  # rows per per-example-gradient pass when runtime.micro_batch_size is null
+from .tables import write_csv
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -108,24 +108,6 @@ def load_sequences(cfg: Any, tokenizer: Any, count: int | None = None) -> tuple[
     return val[picked].long(), picked.tolist()
 
 
-# ---------------------------------------------------------------------------------------------- outputs
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    flat = []
-    for row in rows:  # [low, high] lists become two columns
-        out: dict[str, Any] = {}
-        for key, value in row.items():
-            if isinstance(value, (list, tuple)):
-                out[f"{key}_low"], out[f"{key}_high"] = value
-            else:
-                out[key] = value
-        flat.append(out)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(flat[0]))
-        writer.writeheader()
-        writer.writerows(flat)
-    return path
-
-
 def variance_markdown(rows: list[dict[str, Any]], title: str) -> str:
     lines = [f"# {title}", "",
              "| K | tau | draws | Var_iid | Var_FE | Var_FE / Var_iid [95% CI] | Theorem 1 ratio |",
@@ -150,8 +132,6 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
 
     acfg = cfg.analysis
     if acfg.kind == "decomposition":
-        from .decomposition_run import analyze_decomposition
-
         return analyze_decomposition(cfg, run, model, tokenizer, input_ids, model_info, extra)
     start = time.time()
     device = pick_device(cfg.runtime.device)
@@ -167,7 +147,7 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     tau_v = None
     if do_var:
         try:
-            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.num_masks))
+            tau_v = resolve_variance_tau(n_min, acfg.tau, acfg.variance_tau, list(acfg.num_masks), acfg.ratio)
         except ValueError as err:
             raise UserError(str(err)) from None
     grads = MaskedLMGradients(model, input_ids, None, tokenizer.mask_token_id, acfg.parameters, acfg.method,

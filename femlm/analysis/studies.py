@@ -19,6 +19,7 @@ purpose, so changing the budget of one study never changes the masks of another.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,14 +118,23 @@ def covariance_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
     return CovarianceResult(rows=rows, summary=summary, spearman=spear, stats=stats)
 
 
-def resolve_variance_tau(n_min: int, tau: int, variance_tau: int | None, num_masks: list[int]) -> int:
+def resolve_variance_tau(n_min: int, tau: int, variance_tau: int | None, num_masks: list[int],
+                         ratio: float | None = None) -> int:
     """tau of the variance study: fully-explored draws need ``max(K) * tau <= n`` (disjoint masks).
 
     ``variance_tau`` None: ``min(tau, n // max(K))`` -- one tau shared by every K, so Var(g(m)) is the same
     quantity for all K (with the paper's n = 512 and K up to 8 this is 64 = 12.5% per split, the setting
-    of its split-number study). An explicit value that does not fit raises ``ValueError`` naming the K.
+    of its split-number study). ``ratio`` (``analysis.ratio``: a masking rate, e.g. a schedule's value at
+    some step) sets ``tau = round_half_up(ratio * n)``. A tau that does not fit raises ``ValueError`` naming K.
     """
     kmax = max(num_masks)
+    if ratio is not None:
+        chosen = max(1, math.floor(ratio * n_min + 0.5))
+        if kmax * chosen > n_min:
+            raise ValueError(f"analysis.ratio={ratio} gives tau={chosen} of {n_min} maskable positions, and K={kmax} "
+                             f"disjoint masks need {kmax * chosen}; allowed: ratio <= 1/{kmax}, or drop K={kmax} "
+                             "from analysis.num_masks")
+        return chosen
     if variance_tau is None:
         chosen = min(tau, n_min // kmax)
         if chosen < 1:

@@ -16,6 +16,9 @@ Typical use::
     cfg = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)
     collator = MaskingCollator.from_tokenizer(cfg, tokenizer, seed=0)
     batch = collator(features)            # input_ids/attention_mask/labels/sequence_index/copy_index
+
+In a Hugging Face script, ``femlm.DataCollatorForFullyExploredLM`` (``hf.py``) takes the arguments of
+``DataCollatorForLanguageModeling`` plus K, strategy, granularity, count and a ratio schedule.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import Any
 # Imported lazily: the CLI validates every command line with MaskingConfig, and that must not pull in torch
 # (the collator and maskers do).
 _EXPORTS = {
-    "collator": ("MaskingCollator", "sequences_per_batch"),
+    "collator": ("MaskingCollator", "masker_for_tokenizer", "sequences_per_batch"),
     "config": ("MaskingConfig", "MaskingConfigError", "MaskingError"),
+    "hf": ("DataCollatorForFullyExploredLM",),
     "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker", "span_starts"),
     "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
     "spans": ("placed_spans", "sample_segment_spans"),

@@ -49,6 +49,22 @@ def sequences_per_batch(rows: int, num_masks: int) -> int:
     return rows // num_masks
 
 
+def masker_for_tokenizer(cfg: MaskingConfig, tokenizer: Any) -> tuple[Masker, int]:
+    """(masker, pad id) of ``cfg`` for a HF tokenizer: mask id, ``len(tokenizer)``, special ids, word starts."""
+    if tokenizer.mask_token_id is None:
+        raise MaskingConfigError("tokenizer.mask_token is None; allowed: a tokenizer with a mask token")
+    word_starts = word_start_table(tokenizer) if cfg.granularity != "subword" else None
+    masker = build_masker(
+        cfg,
+        mask_token_id=tokenizer.mask_token_id,
+        vocab_size=len(tokenizer),
+        special_ids=tokenizer.all_special_ids,
+        word_starts=word_starts,
+    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.mask_token_id
+    return masker, pad
+
+
 def _as_list(x: Any) -> list[int]:
     if isinstance(x, torch.Tensor):
         return x.tolist()
@@ -69,6 +85,14 @@ class MaskingCollator:
     which keeps workers from duplicating masks and -- with the DataLoader's round-robin batch assignment --
     reproduces the single-process masks. ``set_step`` from the main process does not reach workers' copies.
 
+    ``seed=None`` draws from torch's global generator instead (as HF's collator does without a seed; DataLoader
+    workers seed theirs differently), so masks are then not reproducible from the collator alone.
+
+    Ratio schedule (``cfg.ratio_schedule: linear``): the ratio of a call is ``cfg.ratio_at(position,
+    schedule_steps)``, where ``position`` is the step given to :meth:`set_step` when a trainer drives the
+    collator, else the global batch index + 1 (the call counter, mapped across workers as above). K stays
+    fixed; tau follows the ratio.
+
     ``return_indices=False`` drops ``sequence_index``/``copy_index`` for models that reject extra kwargs.
     """
 
@@ -76,15 +100,23 @@ class MaskingCollator:
         self,
         masker: Masker,
         pad_token_id: int,
-        seed: int = 0,
+        seed: int | None = 0,
         pad_to_multiple_of: int | None = None,
         return_indices: bool = True,
+        schedule_steps: int | None = None,
     ) -> None:
+        cfg = masker.cfg
+        if cfg.ratio_schedule != "constant" and (schedule_steps is None or schedule_steps < 1):
+            raise MaskingConfigError(
+                f"schedule_steps={schedule_steps!r} is invalid with ratio_schedule={cfg.ratio_schedule!r}; allowed: "
+                "the number of batches (trainer steps x gradient accumulation) the schedule spans, >= 1"
+            )
         self.masker = masker
         self.pad_token_id = int(pad_token_id)
-        self.seed = int(seed)
+        self.seed = None if seed is None else int(seed)
         self.pad_to_multiple_of = pad_to_multiple_of
         self.return_indices = return_indices
+        self.schedule_steps = schedule_steps
         self.step = 0
         self.rank = 0
         self.micro_step = 0
@@ -94,38 +126,36 @@ class MaskingCollator:
         cls, cfg: MaskingConfig, tokenizer: Any, seed: int = 0, **kwargs: Any
     ) -> MaskingCollator:
         """Masker + collator from a HF tokenizer (mask/pad ids, ``len(tokenizer)``, specials, word starts)."""
-        if tokenizer.mask_token_id is None:
-            raise MaskingConfigError("tokenizer.mask_token is None; allowed: a tokenizer with a mask token")
-        word_starts = word_start_table(tokenizer) if cfg.granularity != "subword" else None
-        masker = build_masker(
-            cfg,
-            mask_token_id=tokenizer.mask_token_id,
-            vocab_size=len(tokenizer),
-            special_ids=tokenizer.all_special_ids,
-            word_starts=word_starts,
-        )
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.mask_token_id
+        masker, pad = masker_for_tokenizer(cfg, tokenizer)
         return cls(masker, pad_token_id=pad, seed=seed, **kwargs)
 
     # ------------------------------------------------------------------ RNG state
     def set_step(self, step: int, rank: int = 0, micro_step: int = 0) -> None:
         self.step, self.rank, self.micro_step = int(step), int(rank), int(micro_step)
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, int | None]:
         return {"seed": self.seed, "step": self.step, "rank": self.rank, "micro_step": self.micro_step}
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        self.seed = int(state["seed"])
+    def load_state_dict(self, state: Mapping[str, int | None]) -> None:
+        self.seed = None if state["seed"] is None else int(state["seed"])
         self.set_step(state["step"], state["rank"], state["micro_step"])
 
-    def next_generator(self) -> torch.Generator:
-        """Generator for the current call; advances ``micro_step``."""
+    def next_call(self) -> tuple[torch.Generator | None, float | None]:
+        """(generator, ratio) of the current call (ratio None: the config's own); advances ``micro_step``."""
         micro = self.micro_step
         info = torch.utils.data.get_worker_info()
         if info is not None:
             micro = micro * info.num_workers + info.id
         self.micro_step += 1
-        return make_generator(self.seed, self.step, self.rank, micro)
+        gen = None if self.seed is None else make_generator(self.seed, self.step, self.rank, micro)
+        cfg = self.masker.cfg
+        if cfg.ratio_schedule == "constant":
+            return gen, None
+        return gen, cfg.ratio_at(self.step if self.step > 0 else micro + 1, self.schedule_steps)
+
+    def next_generator(self) -> torch.Generator | None:
+        """Generator for the current call (None with ``seed=None``); advances ``micro_step``."""
+        return self.next_call()[0]
 
     # ------------------------------------------------------------------ collation
     def pad(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
@@ -164,11 +194,13 @@ class MaskingCollator:
 
     def __call__(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
         padded = self.pad(features)
+        generator, ratio = self.next_call()
         out = self.masker(
             padded["input_ids"],
             padded["attention_mask"],
-            self.next_generator(),
+            generator,
             special_mask=padded["special_tokens_mask"],
+            ratio=ratio,
         )
         k = self.masker.num_copies
         for key in _PASS_THROUGH:

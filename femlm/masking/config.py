@@ -17,6 +17,7 @@ STRATEGIES = ("random", "fully_explored", "iid")
 GRANULARITIES = ("subword", "whole_word", "span")
 COUNTS = ("exact", "bernoulli")
 REPLACEMENTS = ("token", "span")
+RATIO_SCHEDULES = ("constant", "linear")
 
 # Tolerance for ``num_masks * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
 _EPS = 1e-9
@@ -41,7 +42,11 @@ class MaskingConfig:
         non-overlap from merely having K copies).
       granularity: ``subword`` (tokens), ``whole_word`` (all pieces of a word together) or ``span``
         (SpanBERT: geometric span lengths in words).
-      ratio: masking ratio; each mask holds tau = round_half_up(ratio * n_valid) tokens, at least 1.
+      ratio: masking ratio; each mask holds tau = round_half_up(ratio * n_valid) tokens, at least 1. With a
+        schedule, the ratio at the first step.
+      ratio_schedule: ``constant`` (``ratio`` throughout) or ``linear`` (from ``ratio`` at the first step to
+        ``ratio_final`` at the last, Ankner et al. 2024: 0.30 -> 0.15). K stays fixed; tau follows the ratio.
+      ratio_final: the ratio at the last step of a ``linear`` schedule (null for ``constant``).
       num_masks: K, the number of masks (masked copies) per sequence -- the paper's "number of splits". For
         ``strategy: random`` it is forced to 1 by :meth:`validate` (documented decision: the baseline has one
         mask, so a shared sweep override of ``num_masks`` cannot silently turn the baseline into K-copy
@@ -59,6 +64,8 @@ class MaskingConfig:
     strategy: str = "random"
     granularity: str = "subword"
     ratio: float = 0.15
+    ratio_schedule: str = "constant"
+    ratio_final: float | None = None
     num_masks: int = 1
     count: str = "exact"
     mask_replace_prob: float = 0.8
@@ -72,6 +79,21 @@ class MaskingConfig:
     def num_copies(self) -> int:
         """K, the number of masked rows emitted per input sequence (1 for the random baseline)."""
         return 1 if self.strategy == "random" else int(self.num_masks)
+
+    @property
+    def peak_ratio(self) -> float:
+        """The largest ratio the schedule reaches (a linear schedule peaks at one of its ends)."""
+        return max(self.ratio, self.ratio_final) if self.ratio_schedule == "linear" else self.ratio
+
+    def ratio_at(self, step: int, total: int) -> float:
+        """The ratio at step ``step`` (1-based) of ``total``: ``ratio`` at step 1, ``ratio_final`` at ``total``.
+
+        A pure function of (step, total), so a run resumed at any step draws what an uninterrupted one would.
+        """
+        if self.ratio_schedule == "constant" or total <= 1:
+            return float(self.ratio)
+        progress = min(max(step - 1, 0), total - 1) / (total - 1)
+        return float(self.ratio + (self.ratio_final - self.ratio) * progress)
 
     def validate(self) -> MaskingConfig:
         """Check every field; force ``num_masks = 1`` for ``strategy: random``; return ``self`` for chaining.
@@ -97,10 +119,14 @@ class MaskingConfig:
         ratio = self.ratio
         if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not 0.0 < ratio <= 1.0:
             raise bad("ratio", ratio, "0 < ratio <= 1")
-        if self.num_masks * ratio > 1.0 + _EPS:
+        self._validate_schedule()
+        peak = self.peak_ratio
+        if self.num_masks * peak > 1.0 + _EPS:
+            key = "ratio" if peak == ratio else "ratio_final"
             raise MaskingConfigError(
-                f"masking.num_masks * masking.ratio = {self.num_masks} * {ratio} = {self.num_masks * ratio:g} is "
-                "invalid; allowed: num_masks * ratio <= 1 (K disjoint masks of ratio*n tokens must fit in n tokens)"
+                f"masking.num_masks * masking.{key} = {self.num_masks} * {peak} = {self.num_masks * peak:g} is "
+                "invalid; allowed: num_masks * ratio <= 1 at the schedule's peak (K disjoint masks of ratio*n "
+                "tokens must fit in n tokens)"
             )
         for key in ("mask_replace_prob", "random_replace_prob"):
             value = getattr(self, key)
@@ -140,6 +166,25 @@ class MaskingConfig:
                 "allowed: replacement=token (per-span replacement needs granularity whole_word | span)"
             )
         return self
+
+    def _validate_schedule(self) -> None:
+        if self.ratio_schedule not in RATIO_SCHEDULES:
+            raise MaskingConfigError(
+                f"masking.ratio_schedule={self.ratio_schedule!r} is invalid; allowed: {' | '.join(RATIO_SCHEDULES)}"
+            )
+        final = self.ratio_final
+        if self.ratio_schedule == "constant":
+            if final is not None and final != self.ratio:
+                raise MaskingConfigError(
+                    f"masking.ratio_final={final!r} is invalid with masking.ratio_schedule='constant'; allowed: "
+                    "ratio_final=null, or ratio_schedule=linear"
+                )
+            return
+        if isinstance(final, bool) or not isinstance(final, (int, float)) or not 0.0 < final <= 1.0:
+            raise MaskingConfigError(
+                f"masking.ratio_final={final!r} is invalid with masking.ratio_schedule='linear'; allowed: "
+                "0 < ratio_final <= 1 (the ratio at the last step)"
+            )
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod

@@ -138,9 +138,17 @@ class Masker:
             valid &= ~special_mask.bool()
         return valid
 
-    def budget(self, n_valid: torch.Tensor) -> torch.Tensor:
-        """tau per row (see :func:`femlm.masking.sampling.mask_budget`)."""
-        return mask_budget(n_valid, self.cfg.ratio, self.num_copies)
+    def budget(self, n_valid: torch.Tensor, ratio: float | None = None) -> torch.Tensor:
+        """tau per row at ``ratio`` (default ``cfg.ratio``; see :func:`femlm.masking.sampling.mask_budget`)."""
+        return mask_budget(n_valid, self.resolve_ratio(ratio), self.num_copies)
+
+    def resolve_ratio(self, ratio: float | None = None) -> float:
+        """``ratio`` (a point of the config's schedule, ``cfg.ratio_at``) checked against K, or ``cfg.ratio``."""
+        if ratio is None:
+            return self.cfg.ratio
+        if not 0.0 < ratio <= 1.0 or self.num_copies * ratio > 1.0 + 1e-9:
+            raise MaskingError(f"masking ratio {ratio} is invalid with K={self.num_copies}; allowed: 0 < K*ratio <= 1")
+        return float(ratio)
 
     def check_fits(self, n_valid: torch.Tensor, tau: torch.Tensor) -> None:
         """K > 1 copies need ``n_valid >= K * max(1, tau)``; never silently overlap or drop copies."""
@@ -163,15 +171,16 @@ class Masker:
         generator: torch.Generator,
         special_mask: torch.Tensor | None = None,
         word_ids: torch.Tensor | None = None,
+        ratio: float | None = None,
     ) -> torch.Tensor:
         """BoolTensor[B, K, L]: which positions each copy masks (no replacement applied)."""
         cfg = self.cfg
         k = self.num_copies
         valid = self.valid_mask(input_ids, attention_mask, special_mask)
         if cfg.count == "bernoulli":
-            return select_subword_bernoulli(valid, cfg.ratio, k, generator)
+            return select_subword_bernoulli(valid, self.resolve_ratio(ratio), k, generator)
         n_valid = valid.sum(dim=1)
-        tau = self.budget(n_valid)
+        tau = self.budget(n_valid, ratio)
         self.check_fits(n_valid, tau)
         if cfg.granularity == "subword":
             return select_subword_exact(valid, tau, k, cfg.strategy, generator)
@@ -191,15 +200,17 @@ class Masker:
         *,
         special_mask: torch.Tensor | None = None,
         word_ids: torch.Tensor | None = None,
+        ratio: float | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Mask a batch. ``generator=None`` falls back to torch's global generator (not reproducible)."""
+        """Mask a batch. ``generator=None`` falls back to torch's global generator (not reproducible);
+        ``ratio`` overrides ``cfg.ratio`` (a ratio schedule's value at this step, ``cfg.ratio_at(step, total)``)."""
         if input_ids.dim() != 2:
             raise MaskingError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
         input_ids = input_ids.long()
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         gen = generator if generator is not None else torch.default_generator
-        sel = self.select(input_ids, attention_mask, gen, special_mask, word_ids)
+        sel = self.select(input_ids, attention_mask, gen, special_mask, word_ids, ratio)
         bsz, k, length = sel.shape
         ids = input_ids.repeat_interleave(k, dim=0)
         inputs, labels = apply_replacement(

@@ -157,9 +157,14 @@ class PretrainCore:
         start = (step - 1) * self.step_sequences + self.dist.rank * self.rank_sequences
         return self.blocks[self.order.take(start, self.rank_sequences)].long()
 
+    def mask_ratio(self, step: int) -> float:
+        """The masking ratio of step `step` (masking.ratio_schedule): a pure function of the step, like the masks."""
+        return self.masker.cfg.ratio_at(step, self.max_steps)
+
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         """This rank's masked rows for step `step` (CPU tensors)."""
-        return self.masker(self.sequences(step), None, make_generator(self.seed, step, self.dist.rank, 0))
+        return self.masker(self.sequences(step), None, make_generator(self.seed, step, self.dist.rank, 0),
+                           ratio=self.mask_ratio(step))
 
     def _to_device(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
         attention = rows["attention_mask"][start:stop]

@@ -115,7 +115,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
             if step % every(rt.log_every) == 0 or last:
                 speed = round(window[0] / max(window[1], 1e-9), 1)
                 rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, rows=stats.rows,
-                        masked_tokens=stats.masked_tokens, grad_norm=stats.grad_norm, **progress.seen())
+                        masked_tokens=stats.masked_tokens, grad_norm=stats.grad_norm,
+                        mask_ratio=core.mask_ratio(step), **progress.seen())
                 rec.show(loss=stats.loss, tok_s=f"{speed:.0f}")
                 window = [0, 0.0]
             probe = cfg.logger.variance_probe

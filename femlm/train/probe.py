@@ -42,7 +42,8 @@ def gradient_variance(core: Any, step: int, remasks: int, patterns: list[str] | 
     objective.eval()
     try:
         for i in range(remasks):
-            rows = core.masker(sequences, None, make_generator(core.seed, step, core.dist.rank, _PROBE_STREAM + i))
+            rows = core.masker(sequences, None, make_generator(core.seed, step, core.dist.rank, _PROBE_STREAM + i),
+                               ratio=core.mask_ratio(step))
             count = float((rows["labels"] != -100).sum())
             flat = None
             for start in range(0, rows["labels"].shape[0], core.micro_rows):

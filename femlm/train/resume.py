@@ -23,6 +23,9 @@ from femlm.train.config import PRETRAIN_SECTIONS
 CONFIG_FILE = "pretrain_config.json"
 MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "trainer.max_passes",
               "experiment")
+# Keys added to the schema after runs were saved, with the value that means what those runs did: a run saved
+# without them resumes when they hold that value.
+ADDED_LATER = {"masking.ratio_schedule": "constant", "masking.ratio_final": None}
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:
@@ -48,7 +51,7 @@ def _may_change(key: str) -> bool:
 
 def first_difference(saved: dict[str, Any], current: dict[str, Any]) -> tuple[str, Any, Any] | None:
     """The first key (in config order) whose value differs, ignoring what a resume may change."""
-    old, new = _flatten(saved), _flatten(current)
+    old, new = {**ADDED_LATER, **_flatten(saved)}, _flatten(current)
     for key in list(new) + [k for k in old if k not in new]:
         if not _may_change(key) and old.get(key, "<absent>") != new.get(key, "<absent>"):
             return key, old.get(key, "<absent>"), new.get(key, "<absent>")
@@ -71,8 +74,8 @@ def check_resume(run_dir: Path, current: dict[str, Any], writer: bool = True) ->
         raise UserError(f"resume: {key}={new!r} differs from the run being resumed ({key}={old!r} in {path}); "
                         "resume with the original run's overrides (its config.yaml) or start a new run")
     if saved.get("trainer", {}).get("max_steps") != current["trainer"]["max_steps"]:
-        warnings.warn("trainer.max_steps changed on resume: the learning-rate schedule is stretched to the new "
-                      "length from the current step on", stacklevel=2)
+        warnings.warn("trainer.max_steps changed on resume: the learning-rate schedule (and a linear "
+                      "masking.ratio_schedule) is stretched to the new length from the current step on", stacklevel=2)
     return saved
 
 

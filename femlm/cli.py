@@ -24,6 +24,7 @@ import yaml
 
 from femlm.commands import COMMANDS, Command, config_name
 from femlm.errors import UserError
+from femlm.runtime.cluster import process_rank
 
 app = typer.Typer(
     help="femlm: fully-explored masked language modelling (Zheng et al., 2020), end to end.\n\n"
@@ -47,7 +48,9 @@ def _help_text(name: str, command: Command) -> str:
     # "\b" tells click to keep a paragraph's line breaks instead of re-wrapping it.
     groups = [f"  {group}: {', '.join(options) or '(none yet)'}" for group, options in config_groups(name).items()]
     usage = [f"Any key can be set too (e.g. trainer.max_steps=100); every key and default: femlm {name} --cfg job",
-             f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)"]
+             f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)",
+             "SLURM: -m hydra/launcher=slurm_gpu (a GPU per job) or slurm_node (a node per job, a task per GPU); "
+             "hydra/launcher=submitit_local tries the same here"]
     if command.positional:
         usage.append(f"Bare arguments set {command.positional}.")
     if command.resumable:
@@ -123,6 +126,20 @@ def _check_output_dir(cfg: Any, multirun: bool) -> None:
             return
 
 
+def _check_launcher(cfg: Any, multirun: bool) -> None:
+    """A launcher other than Hydra's own runs sweeps only: without -m Hydra would ignore it and train right here
+    (on a login node, say). A SLURM launcher needs SLURM's commands; the plugin would fail with a traceback."""
+    import shutil
+
+    choice = cfg.hydra.runtime.choices.get("hydra/launcher")
+    if choice != "basic" and not multirun:
+        raise UserError(f"hydra/launcher={choice} launches sweeps: add -m (a single run is a sweep of one)")
+    missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+    if cfg.hydra.launcher.get("_target_", "").endswith(".SlurmLauncher") and missing:
+        raise UserError(f"hydra/launcher={choice}: no {' or '.join(missing)} on PATH (not a SLURM login node); "
+                        "submit from one, or try the sweep here with hydra/launcher=submitit_local")
+
+
 def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool) -> None:
     """Compose and validate every job of the command line before Hydra starts any of them."""
     from femlm.compose import compose_jobs, sweep_jobs
@@ -132,8 +149,9 @@ def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool)
         jobs = sweep_jobs(overrides) if multirun else [overrides]
         for cfg in compose_jobs(name, jobs, with_hydra=True):
             typed = validate(cfg, name)
-            if int(os.environ.get("RANK", "0")) == 0:
+            if process_rank() == 0:
                 _check_output_dir(cfg, multirun)
+                _check_launcher(cfg, multirun)
             if print_job:  # --cfg job: the command's own sections, every key with its (validated) value
                 typer.echo(yaml.safe_dump(command_config(typed, name), sort_keys=False).rstrip())
     except UserError as err:
@@ -150,7 +168,7 @@ def _task(name: str, command: Command) -> Callable[[Any], Any]:
         try:
             typed = validate(cfg, name)
             run = start_run(command_config(cfg, name), Path(HydraConfig.get().runtime.output_dir), name,
-                            is_main=int(os.environ.get("RANK", "0")) == 0, resume=typed.resume is not None)
+                            is_main=process_rank() == 0, resume=typed.resume is not None)
         except UserError as err:
             fail(str(err))
         try:
@@ -200,7 +218,7 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
     if command.resumable:
         overrides = _resume_overrides(name, overrides)
     os.environ["FEMLM_RUN_UID"] = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
-    if int(os.environ.get("RANK", "0")) > 0:
+    if process_rank() > 0:
         # Under torchrun only rank 0 owns a run directory; the others write nothing (see femlm.train).
         overrides += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                       "hydra/hydra_logging=disabled", "hydra.run.dir=."]

@@ -81,9 +81,10 @@ def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
+def _resume_overrides(name: str, overrides: list[str], multirun: bool = False) -> list[str]:
     """`resume=true|DIR` continues a run in its own directory, recomposed from the overrides that started it
-    (keys given again on this command line win, e.g. a longer trainer.max_steps)."""
+    (keys given again on this command line win, e.g. a longer trainer.max_steps). With -m (a job of a sweep
+    resubmitted through a launcher, e.g. to SLURM) the directory is the sweep's one job."""
     value = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "resume"), None)
     if value in (None, "null", "None", "false", "False"):
         return overrides
@@ -96,13 +97,16 @@ def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
         run_dir = Path(value)
         if not (run_dir / "run.json").is_file():
             fail(f"resume={value}: not a femlm run directory (no run.json); give a run directory or resume=true")
-    new = [o for o in overrides if _override_key(o) not in ("resume", "hydra.run.dir", "hydra.output_subdir")]
+    placed = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.output_subdir")
+    new = [o for o in overrides if _override_key(o) not in ("resume", *placed)]
     saved_file = run_dir / ".hydra" / "overrides.yaml"
     saved = yaml.safe_load(saved_file.read_text()) or [] if saved_file.is_file() else []
-    skip = {_override_key(o) for o in new} | {"resume", "hydra.run.dir", "hydra.output_subdir", "dry_run"}
+    skip = {_override_key(o) for o in new} | {"resume", "dry_run", *placed}
     saved = [o for o in saved if _override_key(o) not in skip and not o.startswith("hydra/")]
     # hydra.output_subdir=null: the run's .hydra/ keeps the composition that started it.
-    return [*saved, *new, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    where = ([f"hydra.sweep.dir={run_dir.parent}", f"hydra.sweep.subdir={run_dir.name}"] if multirun
+             else [f"hydra.run.dir={run_dir}"])
+    return [*saved, *new, f"resume={run_dir}", *where, "hydra.output_subdir=null"]
 
 
 def _check_output_dir(cfg: Any, multirun: bool) -> None:
@@ -216,7 +220,7 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
     if dry_run:
         overrides = [o for o in overrides if not o.startswith("dry_run=")] + ["dry_run=true"]
     if command.resumable:
-        overrides = _resume_overrides(name, overrides)
+        overrides = _resume_overrides(name, overrides, multirun)
     os.environ["FEMLM_RUN_UID"] = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
     if process_rank() > 0:
         # Under torchrun only rank 0 owns a run directory; the others write nothing (see femlm.train).

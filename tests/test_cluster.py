@@ -1,6 +1,7 @@
-"""SLURM: femlm's process group from SLURM's variables (femlm.runtime.cluster), the launcher configs a user
-selects by name (hydra/launcher=slurm_gpu|slurm_node: the sbatch script they submit), and a sweep through
-hydra-submitit-launcher's submitit_local, end to end with one report over the sweep directory."""
+"""SLURM: femlm's process group from SLURM's (or submitit local's) variables (femlm.runtime.cluster), the
+launcher configs a user selects by name (hydra/launcher=slurm_gpu|slurm_node: the sbatch script they submit),
+and a sweep through hydra-submitit-launcher's submitit_local, end to end with one report over the sweep
+directory."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
 
-from femlm.runtime.cluster import adopt_slurm_env, first_host, slurm_torchrun_env
+from femlm.runtime.cluster import adopt_launcher_env, first_host, launcher_torchrun_env
 
 # What `srun --ntasks=4` (2 nodes x 2) gives task 3, the second task of the second node.
 SRUN_TASK = {"SLURM_JOB_ID": "81234", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "4", "SLURM_PROCID": "3",
@@ -32,11 +33,11 @@ def test_first_host_of_a_slurm_host_list(nodelist: str, first: str) -> None:
 
 
 def test_srun_task_becomes_torchrun_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    env = slurm_torchrun_env(SRUN_TASK)
+    env = launcher_torchrun_env(SRUN_TASK)
     assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == \
         {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu07"}
     # every task of the job draws the same port, and the one submitit's TorchDistributedEnvironment draws
-    assert slurm_torchrun_env({**SRUN_TASK, "SLURM_PROCID": "0"})["MASTER_PORT"] == env["MASTER_PORT"]
+    assert launcher_torchrun_env({**SRUN_TASK, "SLURM_PROCID": "0"})["MASTER_PORT"] == env["MASTER_PORT"]
     from submitit.helpers import TorchDistributedEnvironment
 
     for key in ("MASTER_PORT", "MASTER_ADDR"):
@@ -46,8 +47,16 @@ def test_srun_task_becomes_torchrun_variables(monkeypatch: pytest.MonkeyPatch) -
     theirs = TorchDistributedEnvironment()
     assert (theirs.master_addr, str(theirs.master_port), theirs.rank) == (env["MASTER_ADDR"], env["MASTER_PORT"], 3)
     # the job script's own MASTER_ADDR / MASTER_PORT win
-    given = slurm_torchrun_env({**SRUN_TASK, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29999"})
+    given = launcher_torchrun_env({**SRUN_TASK, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29999"})
     assert (given["MASTER_ADDR"], given["MASTER_PORT"]) == ("10.0.0.5", "29999")
+
+
+def test_submitit_local_task_becomes_torchrun_variables() -> None:
+    """hydra/launcher=submitit_local hydra.launcher.tasks_per_node=2: the job shape of slurm_node, here."""
+    env = launcher_torchrun_env({"SUBMITIT_LOCAL_JOB_ID": "991", "SUBMITIT_LOCAL_NTASKS": "2",
+                                 "SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1"})
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == \
+        {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}
 
 
 @pytest.mark.parametrize("case", ["torchrun inside an allocation", "batch script without srun", "one task"])
@@ -56,7 +65,7 @@ def test_slurm_variables_left_alone(case: str) -> None:
            "batch script without srun": {k: v for k, v in SRUN_TASK.items() if k != "SLURM_STEP_ID"} | {"SLURM_PROCID": "0"},
            "one task": {**SRUN_TASK, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}}[case]
     before = dict(env)
-    assert adopt_slurm_env(env) == {} and env == before
+    assert adopt_launcher_env(env) == {} and env == before
 
 
 def _slurm_task(rank: int, port: int, out: str) -> None:
@@ -131,8 +140,9 @@ def test_slurm_launcher_misuse_is_one_line(capsys, monkeypatch: pytest.MonkeyPat
 def test_submitit_local_sweep_then_one_report(cli, tmp_path: Path, tiny_local: list[str],
                                               local_inputs: dict[str, Path]) -> None:
     """`femlm continual-pretrain -m hydra/launcher=submitit_local ... masking.num_masks=2,4`: two jobs started by
-    submitit, two finished runs in one sweep directory, then `femlm report` over that directory. Slow: three
-    CLI starts and two training processes (about 40 s on 2 shared cores)."""
+    submitit, two finished runs in one sweep directory; one job resubmitted with resume= continues in place; then
+    `femlm report` over that directory. Slow: four CLI starts and three training processes (about 70 s on 2
+    shared cores)."""
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     checkpoint = tmp_path / "checkpoint"
@@ -154,8 +164,15 @@ def test_submitit_local_sweep_then_one_report(cli, tmp_path: Path, tiny_local: l
         assert json.loads((job / "checkpoints" / "final" / "femlm.json").read_text())["num_masks"] == k
         assert yaml.safe_load((job / "config.yaml").read_text())["masking"]["num_masks"] == k
 
+    # a job of the sweep resubmitted through the launcher continues in its own directory (a longer run here)
+    result = cli("continual-pretrain", "-m", "hydra/launcher=submitit_local", f"resume={jobs[0]}", "trainer.max_steps=5")
+    assert result.code == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0", "1"]
+    assert json.loads((jobs[0] / "summary.json").read_text())["steps"] == 5
+    assert json.loads((jobs[0] / "run.json").read_text())["resumed_from"]
+
     report = cli("report", f"report.inputs=[{sweep}]", f"report.out_dir={tmp_path / 'report'}")
     assert report.code == 0, report.stderr[-3000:]
     assert json.loads((tmp_path / "report" / "report.json").read_text())["counts"]["pretrain"] == 2
     with (tmp_path / "report" / "pretrain_runs.csv").open() as f:
-        assert sorted(row["run"] for row in csv.DictReader(f)) == [str(j) for j in jobs]
+        assert sorted((row["run"], row["K"]) for row in csv.DictReader(f)) == [(str(jobs[0]), "2"), (str(jobs[1]), "4")]

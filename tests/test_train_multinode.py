@@ -2,11 +2,12 @@
 
 - `torchrun --nnodes 2 --nproc_per_node 1 --rdzv_backend c10d` (two launcher processes, one per "node") writes
   final weights byte-identical (sha256) to `torchrun --nnodes 1 --nproc_per_node 2` for the same command;
-- two tasks started the way `srun` starts them (SLURM's variables, no torchrun) do too;
+- two tasks started the way `srun` starts them (SLURM's variables, no torchrun) do too, and so does one job of
+  two tasks started by submitit's local executor (hydra/launcher=slurm_node's job shape, on this machine);
 - the two-node job killed outright (SIGKILL to both launchers and their workers) after a saved state, then
   started again with resume=<run dir>, ends with the same bytes again.
 
-Slow: five multi-process CLI launches (about 2-3 minutes on 2 shared cores); `make test-all` runs it.
+Slow: six multi-process CLI launches (about 3 minutes on 2 shared cores); `make test-all` runs it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil  # accelerate's dependency
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("femlm_env")]
@@ -82,6 +84,11 @@ def test_two_nodes_and_slurm_tasks_match_one_node_and_resume_after_a_kill(comman
 
     finish(torchrun(2, 1, free_port(), [*command, f"hydra.run.dir={tmp_path / 'two'}"]))
     finish(srun_tasks(2, free_port(), [*command, f"hydra.run.dir={tmp_path / 'slurm'}"]))
+    # hydra/launcher=slurm_node's job shape (one job, a task per GPU), run by submitit's local executor
+    finish([subprocess.Popen([sys.executable, "-m", "femlm.cli", command[0], "-m", "hydra/launcher=submitit_local",
+                              "hydra.launcher.tasks_per_node=2", f"hydra.sweep.dir={tmp_path / 'submitit'}",
+                              *command[1:]], env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)])
 
     killed = tmp_path / "killed"
     procs = torchrun(2, 1, free_port(), [*command, f"hydra.run.dir={killed}"])
@@ -89,9 +96,16 @@ def test_two_nodes_and_slurm_tasks_match_one_node_and_resume_after_a_kill(comman
     while not any(".tmp-" not in p.name for p in (killed / "checkpoints").glob("state_*")):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "no state was saved"
         time.sleep(0.01)
-    for p in procs:  # the whole job, as a node failure or scancel --signal=KILL leaves it
-        os.killpg(p.pid, signal.SIGKILL)
+    # The whole job at once, as a node failure or SLURM's kill of the job's cgroup leaves it: the launchers and
+    # their workers (torchrun starts each worker in a session of its own, so a process-group kill would miss it).
+    launchers = [psutil.Process(p.pid) for p in procs]
+    job = [*launchers, *(c for launcher in launchers for c in launcher.children(recursive=True))]
+    assert len(job) >= 2 * len(launchers), job  # each launcher and its worker
+    for process in job:
+        process.send_signal(signal.SIGKILL)
+    for p in procs:
         p.communicate()
+    assert not psutil.wait_procs(job, timeout=30)[1], "a process of the job survived SIGKILL"
     states = sorted(int(p.name.split("_")[1]) for p in (killed / "checkpoints").glob("state_*") if ".tmp-" not in p.name)
     assert not (killed / "checkpoints" / "final").exists() and states[-1] < 24, states
     logged = [line for line in (killed / "metrics.jsonl").read_text().splitlines()
@@ -101,7 +115,7 @@ def test_two_nodes_and_slurm_tasks_match_one_node_and_resume_after_a_kill(comman
     assert (killed / "metrics.jsonl").read_text().splitlines()[:len(logged)] == logged
     assert len(json.loads((killed / "run.json").read_text())["resumed_from"]) == 1
 
-    shas = {name: weights_sha(tmp_path / name) for name in ("two", "slurm", "killed")}
+    shas = {name: weights_sha(tmp_path / name) for name in ("two", "slurm", "submitit/0", "killed")}
     print(f"\nfinal weights sha256: one node x 2 = {reference}; " + "; ".join(f"{k} = {v}" for k, v in shas.items())
           + f" (killed after state_{states[-1]} of 24)")
     assert shas == dict.fromkeys(shas, reference)

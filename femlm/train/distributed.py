@@ -38,10 +38,10 @@ class DistInfo:
 
 def init_distributed(device_preference: str = "auto") -> DistInfo:
     """Join the process group the launcher describes (if any) and choose this rank's device."""
-    from femlm.runtime.cluster import adopt_slurm_env
+    from femlm.runtime.cluster import adopt_launcher_env
     from femlm.runtime.device import pick_device
 
-    adopt_slurm_env()
+    adopt_launcher_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))

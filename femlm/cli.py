@@ -144,8 +144,9 @@ def _check_launcher(cfg: Any, multirun: bool) -> None:
                         "submit from one, or try the sweep here with hydra/launcher=submitit_local")
 
 
-def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool) -> None:
-    """Compose and validate every job of the command line before Hydra starts any of them."""
+def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool, launch: bool = True) -> None:
+    """Compose and validate every job of the command line before Hydra starts any of them (`launch`: and the
+    launcher that would start them; not when --cfg only prints the config)."""
     from femlm.compose import compose_jobs, sweep_jobs
     from femlm.config import command_config, validate
 
@@ -155,7 +156,8 @@ def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool)
             typed = validate(cfg, name)
             if process_rank() == 0:
                 _check_output_dir(cfg, multirun)
-                _check_launcher(cfg, multirun)
+                if launch:
+                    _check_launcher(cfg, multirun)
             if print_job:  # --cfg job: the command's own sections, every key with its (validated) value
                 typer.echo(yaml.safe_dump(command_config(typed, name), sort_keys=False).rstrip())
     except UserError as err:
@@ -226,7 +228,7 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
         # Under torchrun only rank 0 owns a run directory; the others write nothing (see femlm.train).
         overrides += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                       "hydra/hydra_logging=disabled", "hydra.run.dir=."]
-    _check_all(name, overrides, multirun, print_job=cfg == "job")
+    _check_all(name, overrides, multirun, print_job=cfg == "job", launch=cfg is None)
     if cfg == "job":
         return
     register_schema()

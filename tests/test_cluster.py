@@ -133,6 +133,8 @@ def test_slurm_launcher_misuse_is_one_line(capsys, monkeypatch: pytest.MonkeyPat
         _check_all("continual-pretrain", ["hydra/launcher=slurm_gpu"], multirun=multirun, print_job=False)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and needle in err and "slurm_gpu" in err, err
+    # --cfg (printing the config, launching nothing) is not refused
+    _check_all("continual-pretrain", ["hydra/launcher=slurm_gpu"], multirun=multirun, print_job=False, launch=False)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ import yaml
 
 from femlm.commands import COMMANDS, Command, config_name
 from femlm.errors import UserError
+from femlm.runtime.cluster import process_rank
 
 app = typer.Typer(
     help="femlm: fully-explored masked language modelling (Zheng et al., 2020), end to end.\n\n"
@@ -47,7 +48,9 @@ def _help_text(name: str, command: Command) -> str:
     # "\b" tells click to keep a paragraph's line breaks instead of re-wrapping it.
     groups = [f"  {group}: {', '.join(options) or '(none yet)'}" for group, options in config_groups(name).items()]
     usage = [f"Any key can be set too (e.g. trainer.max_steps=100); every key and default: femlm {name} --cfg job",
-             f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)"]
+             f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)",
+             "SLURM: -m hydra/launcher=slurm_gpu (a GPU per job) or slurm_node (a node per job, a task per GPU); "
+             "hydra/launcher=submitit_local tries the same here"]
     if command.positional:
         usage.append(f"Bare arguments set {command.positional}.")
     if command.resumable:
@@ -78,9 +81,10 @@ def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
+def _resume_overrides(name: str, overrides: list[str], multirun: bool = False) -> list[str]:
     """`resume=true|DIR` continues a run in its own directory, recomposed from the overrides that started it
-    (keys given again on this command line win, e.g. a longer trainer.max_steps)."""
+    (keys given again on this command line win, e.g. a longer trainer.max_steps). With -m (a job of a sweep
+    resubmitted through a launcher, e.g. to SLURM) the directory is the sweep's one job."""
     value = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "resume"), None)
     if value in (None, "null", "None", "false", "False"):
         return overrides
@@ -93,13 +97,16 @@ def _resume_overrides(name: str, overrides: list[str]) -> list[str]:
         run_dir = Path(value)
         if not (run_dir / "run.json").is_file():
             fail(f"resume={value}: not a femlm run directory (no run.json); give a run directory or resume=true")
-    new = [o for o in overrides if _override_key(o) not in ("resume", "hydra.run.dir", "hydra.output_subdir")]
+    placed = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.output_subdir")
+    new = [o for o in overrides if _override_key(o) not in ("resume", *placed)]
     saved_file = run_dir / ".hydra" / "overrides.yaml"
     saved = yaml.safe_load(saved_file.read_text()) or [] if saved_file.is_file() else []
-    skip = {_override_key(o) for o in new} | {"resume", "hydra.run.dir", "hydra.output_subdir", "dry_run"}
+    skip = {_override_key(o) for o in new} | {"resume", "dry_run", *placed}
     saved = [o for o in saved if _override_key(o) not in skip and not o.startswith("hydra/")]
     # hydra.output_subdir=null: the run's .hydra/ keeps the composition that started it.
-    return [*saved, *new, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    where = ([f"hydra.sweep.dir={run_dir.parent}", f"hydra.sweep.subdir={run_dir.name}"] if multirun
+             else [f"hydra.run.dir={run_dir}"])
+    return [*saved, *new, f"resume={run_dir}", *where, "hydra.output_subdir=null"]
 
 
 def _check_output_dir(cfg: Any, multirun: bool) -> None:
@@ -123,8 +130,23 @@ def _check_output_dir(cfg: Any, multirun: bool) -> None:
             return
 
 
-def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool) -> None:
-    """Compose and validate every job of the command line before Hydra starts any of them."""
+def _check_launcher(cfg: Any, multirun: bool) -> None:
+    """A launcher other than Hydra's own runs sweeps only: without -m Hydra would ignore it and train right here
+    (on a login node, say). A SLURM launcher needs SLURM's commands; the plugin would fail with a traceback."""
+    import shutil
+
+    choice = cfg.hydra.runtime.choices.get("hydra/launcher")
+    if choice != "basic" and not multirun:
+        raise UserError(f"hydra/launcher={choice} launches sweeps: add -m (a single run is a sweep of one)")
+    missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+    if cfg.hydra.launcher.get("_target_", "").endswith(".SlurmLauncher") and missing:
+        raise UserError(f"hydra/launcher={choice}: no {' or '.join(missing)} on PATH (not a SLURM login node); "
+                        "submit from one, or try the sweep here with hydra/launcher=submitit_local")
+
+
+def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool, launch: bool = True) -> None:
+    """Compose and validate every job of the command line before Hydra starts any of them (`launch`: and the
+    launcher that would start them; not when --cfg only prints the config)."""
     from femlm.compose import compose_jobs, sweep_jobs
     from femlm.config import command_config, validate
 
@@ -132,8 +154,10 @@ def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool)
         jobs = sweep_jobs(overrides) if multirun else [overrides]
         for cfg in compose_jobs(name, jobs, with_hydra=True):
             typed = validate(cfg, name)
-            if int(os.environ.get("RANK", "0")) == 0:
+            if process_rank() == 0:
                 _check_output_dir(cfg, multirun)
+                if launch:
+                    _check_launcher(cfg, multirun)
             if print_job:  # --cfg job: the command's own sections, every key with its (validated) value
                 typer.echo(yaml.safe_dump(command_config(typed, name), sort_keys=False).rstrip())
     except UserError as err:
@@ -150,7 +174,7 @@ def _task(name: str, command: Command) -> Callable[[Any], Any]:
         try:
             typed = validate(cfg, name)
             run = start_run(command_config(cfg, name), Path(HydraConfig.get().runtime.output_dir), name,
-                            is_main=int(os.environ.get("RANK", "0")) == 0, resume=typed.resume is not None)
+                            is_main=process_rank() == 0, resume=typed.resume is not None)
         except UserError as err:
             fail(str(err))
         try:
@@ -198,13 +222,13 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
     if dry_run:
         overrides = [o for o in overrides if not o.startswith("dry_run=")] + ["dry_run=true"]
     if command.resumable:
-        overrides = _resume_overrides(name, overrides)
+        overrides = _resume_overrides(name, overrides, multirun)
     os.environ["FEMLM_RUN_UID"] = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
-    if int(os.environ.get("RANK", "0")) > 0:
+    if process_rank() > 0:
         # Under torchrun only rank 0 owns a run directory; the others write nothing (see femlm.train).
         overrides += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                       "hydra/hydra_logging=disabled", "hydra.run.dir=."]
-    _check_all(name, overrides, multirun, print_job=cfg == "job")
+    _check_all(name, overrides, multirun, print_job=cfg == "job", launch=cfg is None)
     if cfg == "job":
         return
     register_schema()

@@ -161,8 +161,10 @@ def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool
     resolved config of the command's own sections (femlm.config.command_config)."""
     run_dir = Path(run_dir)
     marker = run_dir / RUN_MARKER
-    if marker.exists() and not resume:
-        # Hydra picked a directory that another run already owns: refuse rather than mix two runs.
+    if marker.exists() and not resume and is_main:
+        # Hydra picked a directory that another run already owns: refuse rather than mix two runs. (Not asked
+        # of ranks > 0: under srun every task of a job is given the job's directory, which rank 0 may have
+        # marked already.)
         raise UserError(f"run directory {run_dir} already holds a run; choose another hydra.run.dir "
                         "or pass resume=true to continue it")
     run = Run(dir=run_dir, command=command, is_main=is_main, created=not marker.exists())

@@ -22,7 +22,7 @@ ALLOWED = {
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
-    "cli": {"commands", "compose", "config", "errors", "runs"},
+    "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
     "study": {"analysis", "data", "errors", "models", "report", "runs"},
 }
 

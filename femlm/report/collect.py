@@ -92,6 +92,12 @@ class PretrainRun:
     def dir(self) -> Path:
         return self.path.parent
 
+    @property
+    def num_masks(self) -> int | None:
+        """K of the run's masking (config.yaml): what tells the runs of a K sweep apart."""
+        masking = self.config.get("masking")
+        return _int(masking.get("num_masks")) if isinstance(masking, dict) else None
+
 
 @dataclass
 class AnalysisRun:

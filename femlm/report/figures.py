@@ -136,7 +136,7 @@ def loss_figure(collection: Collection, out_dir: Path) -> Figure:
     for ax, stage in zip(axes, stages, strict=True):
         for run in sorted((r for r in runs if str(r.summary.get("command") or "pretrain") == stage),
                           key=lambda r: (str(r.summary.get("masking")), str(r.dir))):
-            label = f"{arm_label(run.summary.get('masking'))} ({run.summary.get('domain')}, {run.dir.name})"
+            label = f"{arm_label(run.summary.get('masking'))} K={run.num_masks} ({run.summary.get('domain')}, {run.dir.name})"
             ax.plot([s for s, _ in run.eval_curve], [v for _, v in run.eval_curve], marker=".", label=label)
             rows += [[str(run.dir), stage, run.summary.get("masking"), run.summary.get("domain"), s, v]
                      for s, v in run.eval_curve]

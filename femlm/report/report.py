@@ -41,7 +41,7 @@ def pretrain_rows(collection: Collection) -> list[list[str]]:
 
         seen = s.get("seen") if isinstance(s.get("seen"), dict) else {}
         rows.append([str(run.dir), str(s.get("command") or "—"), arm_label(s.get("masking")),
-                     str(s.get("domain") or "—"), str(s.get("model") or "—"), str(s.get("equal_compute") or "—"),
+                     str(run.num_masks or "—"), str(s.get("domain") or "—"), str(s.get("model") or "—"), str(s.get("equal_compute") or "—"),
                      num("steps", "d"), num("sequences", ",d", seen), num("source_tokens", ",d", seen),
                      num("rows", ",d", seen), num("masked_targets", ",d", seen), num("train_flops", ".3g", seen),
                      num("first_eval_loss", ".4f"), num("final_eval_loss", ".4f"), num("row_tokens_per_s", ",.0f"),
@@ -52,7 +52,7 @@ def pretrain_rows(collection: Collection) -> list[list[str]]:
 
 # What a run processed, counted separately (a K-copy arm reads fewer sequences per row than MLM at same_rows):
 # source sequences and their tokens, model rows (a sequence counts once per masked copy), masked targets, FLOPs.
-PRETRAIN_HEADER = ["run", "command", "arm", "domain", "model", "equal compute", "steps", "sequences seen",
+PRETRAIN_HEADER = ["run", "command", "arm", "K", "domain", "model", "equal compute", "steps", "sequences seen",
                    "source tokens seen", "rows processed", "masked targets", "train FLOPs", "first eval loss",
                    "final eval loss", "row tokens/s", "wall s", "hardware", "git commit"]
 

@@ -10,13 +10,14 @@ from femlm.errors import UserError
 
 
 def pick_device(preference: str, local_rank: int = 0) -> torch.device:
-    """`auto`: the local rank's GPU when there is one, else the CPU."""
+    """`auto`: the local rank's GPU when there is one, else the CPU. A task that sees fewer GPUs than its
+    node's tasks (srun --gpus-per-task=1 gives each task its own single device) counts modulo what it sees."""
     if preference == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        return pick_device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     if preference.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"runtime.device={preference!r} but no CUDA device is visible; use runtime.device=auto or cpu")
     if preference == "cuda":
-        return torch.device(f"cuda:{local_rank}")
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     return torch.device(preference)
 
 

@@ -1,8 +1,8 @@
-"""Process-group setup for `torchrun --nproc_per_node N femlm ...` (or `accelerate launch`), and helpers
-that are no-ops in a single process, so the training loop reads the same either way.
+"""Process-group setup for `torchrun --nproc_per_node N femlm ...` (or `accelerate launch`, or N tasks of
+`srun`), and helpers that are no-ops in a single process, so the training loop reads the same either way.
 
-The launcher exports RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT; we initialise from them
-(gloo on CPU, nccl on GPU). Only rank 0 owns a run directory: the CLI gives the other ranks a placeholder,
+The launcher exports RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT (SLURM's names are translated
+to these first: femlm.runtime.cluster); we initialise from them (gloo on CPU, nccl on GPU). Only rank 0 owns a run directory: the CLI gives the other ranks a placeholder,
 so `share_run_dir` broadcasts rank 0's directory right after init and every rank resumes from the same state.
 """
 
@@ -38,8 +38,10 @@ class DistInfo:
 
 def init_distributed(device_preference: str = "auto") -> DistInfo:
     """Join the process group the launcher describes (if any) and choose this rank's device."""
+    from femlm.runtime.cluster import adopt_launcher_env
     from femlm.runtime.device import pick_device
 
+    adopt_launcher_env()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))

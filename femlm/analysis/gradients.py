@@ -145,9 +145,13 @@ class MaskedLMGradients:
                 handle.remove()
         rows = len(inputs)
         flat = []
-        for module, attr in owners:
+        for name, (module, attr) in zip(self.names, owners, strict=True):
             grad = None
             for x, delta in captured[id(module)]:  # a module called twice (shared weights) adds up
+                if x.ndim < 3 or x.shape[0] != rows:  # e.g. DeBERTa's shared query_proj on position embeddings
+                    raise UserError(f"analysis.parameters: {name} is also applied to an input shared by all rows "
+                                    f"(shape {tuple(x.shape)}), so hooks cannot split its gradient per row; choose "
+                                    "another parameter or analysis.method=vmap")
                 x, delta = x.reshape(rows, -1, x.shape[-1]), delta.reshape(rows, -1, delta.shape[-1])
                 part = torch.einsum("bto,bti->boi", delta, x) if attr == "weight" else delta.sum(dim=1)
                 grad = part if grad is None else grad + part

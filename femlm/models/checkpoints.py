@@ -15,7 +15,7 @@ from femlm.data.network import hub_reachable
 from femlm.errors import UserError
 
 # Models whose position ids start after the padding index (RoBERTa: 514 positions hold 512 tokens).
-PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
+PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "mpnet",
                                   "roberta-prelayernorm"})
 HEAD_ONLY_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
                       "ForMultipleChoice")

@@ -83,7 +83,7 @@ def attention_for(cls: Any, requested: str) -> tuple[str, str | None]:
     """(implementation, notice): `requested` when the class supports it, else eager with a one-line notice."""
     if requested == "sdpa" and not getattr(cls, "_supports_sdpa", False):
         return "eager", (f"model.attn_implementation=sdpa: {cls.__name__} has no SDPA attention in transformers; "
-                         "using eager attention (same results, slower)")
+                         "using eager attention")
     return requested, None
 
 

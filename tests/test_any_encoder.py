@@ -90,6 +90,18 @@ def test_fe_mlm_loss_and_gradients_equal_the_models_own_dense_loss(checkpoint: t
             torch.testing.assert_close(param.grad, dense_grads[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+def command(name: str, root: Path, *overrides: str) -> dict:
+    """`femlm <name> <overrides>` in this process (the CLI's composition and run function, no start-up cost)."""
+    from femlm.commands import COMMANDS
+    from femlm.runs import Run
+    from helpers.configs import composed
+
+    cfg = composed(name, *overrides)
+    run = Run(dir=root / name, command=name)
+    run.dir.mkdir(parents=True)
+    return COMMANDS[name].load("run")(cfg, run)
+
+
 def test_cli_fe_mlm_steps_then_plain_transformers_analyze_finetune_evaluate(
         checkpoint: tuple[str, Path], cli, local_inputs: dict[str, Path], tmp_path: Path) -> None:
     model_type, path = checkpoint
@@ -111,25 +123,20 @@ def test_cli_fe_mlm_steps_then_plain_transformers_analyze_finetune_evaluate(
     loaded, loading = AutoModelForMaskedLM.from_pretrained(final, output_loading_info=True)  # plain transformers
     assert type(loaded).__name__ == summary["encoder"]["class"] and not loading["missing_keys"]
 
-    out = cli("analyze", "both", "preset=tiny", f"model.name_or_path={final}", "model.tokenizer=null", *data,
-              "analysis.sequences=2", "analysis.tau=4", "analysis.budget=4", "analysis.reference=3",
-              "analysis.num_masks=[2,4]", "analysis.bootstrap=20", "analysis.hamming_bins=2",
-              f"analysis.parameters=[{FIRST_LAYER[model_type]}]")
-    assert out.code == 0, out.stderr[-3000:]
-    (analysis,) = (tmp_path / "runs" / "analyze").glob("*/analysis.json")
-    assert json.loads(analysis.read_text())["model"]["encoder"]["model_type"] == model_type
+    analysis = command("analyze", tmp_path, "preset=tiny", f"model.name_or_path={final}", "model.tokenizer=null",
+                       *data, "analysis.sequences=2", "analysis.tau=4", "analysis.budget=4", "analysis.reference=3",
+                       "analysis.num_masks=[2,4]", "analysis.bootstrap=20", "analysis.hamming_bins=2",
+                       f"analysis.parameters=[{FIRST_LAYER[model_type]}]")
+    assert analysis["model"]["encoder"]["model_type"] == model_type
 
     task = ["preset=tiny", "task.name=toy", "task.labels=[pos,neg]", "task.eval_split=test",
             f"task.dataset={local_inputs['task']}", "finetune.max_length=32", "runtime.threads=1",
             "logger.progress=false", "logger.wandb.mode=disabled"]
-    out = cli("finetune", *task, f"model.name_or_path={final}", "finetune.seeds=[1]", "finetune.epochs=1",
-              "finetune.batch_size=8", "finetune.save_model=true")
-    assert out.code == 0, out.stderr[-3000:]
-    (tuned,) = (tmp_path / "runs" / "finetune").iterdir()
-    results = json.loads((tuned / "results.json").read_text())
+    results = command("finetune", tmp_path, *task, f"model.name_or_path={final}", "finetune.seeds=[1]",
+                      "finetune.epochs=1", "finetune.batch_size=8", "finetune.save_model=true")
     assert results["complete"] and results["encoder"]["attn_implementation"] == ATTENTION[model_type]
-    out = cli("evaluate", *task, f"evaluate.checkpoints={tuned / 'seed_1' / 'model'}")
-    assert out.code == 0, out.stderr[-3000:]
+    scored = command("evaluate", tmp_path, *task, f"evaluate.checkpoints={tmp_path / 'finetune' / 'seed_1' / 'model'}")
+    assert scored["checkpoints"][0]["scores"] == pytest.approx(results["seeds"][0]["test"])
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHS))

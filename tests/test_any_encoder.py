@@ -174,3 +174,27 @@ def test_encoder_saved_without_its_head_needs_new_mlm_head(tmp_path: Path) -> No
     model, fresh = load_masked_lm(resolved, DOWNLOAD)
     assert resolved.head == "new" and fresh and all(name.startswith("lm_head.") for name in fresh)
     assert MaskedLMObjective(model).prediction == "sparse head"
+
+
+# Published sizes (millions of parameters, the encoder without MLM head): MPNet-base 110M (with its pooler),
+# ModernBERT-base 149M, DeBERTa-v3-base 184M (86M backbone + 98M embedding).
+PUBLISHED = {"mpnet_base": ("mpnet", 110, "eager"), "modernbert_base": ("modernbert", 149, "sdpa"),
+             "deberta_v3_base": ("deberta-v2", 184, "eager")}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_model_files_have_the_hubs_shapes(name: str) -> None:
+    """model=<name>'s arch builds the published model (on the meta device: no memory, no weights)."""
+    from femlm.models.resolve import attention_for, model_class
+    from helpers.configs import composed
+
+    model_type, millions, attention = PUBLISHED[name]
+    arch = dict(composed("pretrain-scratch", f"model={name}").model.arch)
+    assert arch.pop("model_type") == model_type
+    config = AutoConfig.for_model(model_type, **arch)
+    cls = model_class(config, "masked_lm", name)
+    implementation, _ = attention_for(cls, "sdpa")
+    assert implementation == attention
+    with torch.device("meta"):
+        model = cls._from_config(config, attn_implementation=implementation)
+    assert sum(p.numel() for p in model.base_model.parameters()) / 1e6 == pytest.approx(millions, rel=0.02)

@@ -175,6 +175,15 @@ def test_encoder_saved_without_its_head_needs_new_mlm_head(tmp_path: Path) -> No
     assert resolved.head == "new" and fresh and all(name.startswith("lm_head.") for name in fresh)
     assert MaskedLMObjective(model).prediction == "sparse head"
 
+    # all-mpnet-base-v2's config.json names MPNetForMaskedLM over head-less weights: found when loading.
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["MPNetForMaskedLM"]}))
+    resolved = resolve_masked_lm(ModelConfig(name_or_path=str(tmp_path)), DOWNLOAD)
+    with pytest.raises(UserError, match="without masked-LM head weights .missing lm_head.*new_mlm_head=true"):
+        load_masked_lm(resolved, DOWNLOAD)
+    resolved = resolve_masked_lm(ModelConfig(name_or_path=str(tmp_path), new_mlm_head=True), DOWNLOAD)
+    assert resolved.head == "checkpoint" and load_masked_lm(resolved, DOWNLOAD)[1] == fresh and resolved.head == "new"
+
 
 # Published sizes (millions of parameters, the encoder without MLM head): MPNet-base 110M (with its pooler),
 # ModernBERT-base 149M, DeBERTa-v3-base 184M (86M backbone + 98M embedding).

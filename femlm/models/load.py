@@ -186,10 +186,11 @@ def load_masked_lm(resolved: Any, download: Any) -> tuple[nn.Module, list[str]]:
     fresh = sorted(loading.get("missing_keys") or [])
     encoder = model.base_model_prefix + "."
     fresh_head = [k for k in fresh if not k.startswith(encoder)]
-    if fresh_head and resolved.head != "new":
+    if fresh_head and not resolved.new_head_allowed:
         raise UserError(f"{key}: a checkpoint without masked-LM head weights (missing {fresh_head[0]}); pre-training "
                         "needs a masked-LM checkpoint (e.g. checkpoints/final of a pre-training run), not a fine-tuned "
                         "classifier; for an encoder saved without its head, model.new_mlm_head=true initialises one")
+    resolved.head = "new" if fresh_head else "checkpoint"  # what the weights showed (config.json may not say)
     unused = list(loading.get("unexpected_keys") or [])
     if len(fresh) > len(fresh_head) or unused:
         warnings.warn(f"{key}: {len(fresh)} parameter(s) newly initialized (e.g. {fresh[:2]}), {len(unused)} "

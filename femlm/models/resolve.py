@@ -37,8 +37,11 @@ class ResolvedModel:
     tokenizer_source: str
     attn_implementation: str  # what `model.attn_implementation` asked for, or eager where the class lacks it
     position_limit: int  # the longest input, special tokens included
-    head: str  # "checkpoint" (its own head weights), "new" (model.new_mlm_head), "random" or "classifier"
+    # "checkpoint" (its own head weights), "new" (model.new_mlm_head; set by load_masked_lm once the weights show
+    # the head missing), "random" (scratch) or "classifier"
+    head: str
     checkpoint: CheckpointInfo | None = None  # the local directory as inspected (None: Hub id or scratch)
+    new_head_allowed: bool = False  # model.new_mlm_head: a checkpoint without head weights gets a fresh head
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -92,7 +95,8 @@ def _resolve(origin: str, source: str | None, config: Any, kind: str, tokenizer:
     cls = model_class(config, kind, where)
     attn, notice = attention_for(cls, model_cfg.attn_implementation)
     return ResolvedModel(origin, source, config, cls, tokenizer, tokenizer_source, attn,
-                         position_limit(config, tokenizer), head, info, [notice] if notice else [])
+                         position_limit(config, tokenizer), head, info, bool(getattr(model_cfg, "new_mlm_head", False)),
+                         [notice] if notice else [])
 
 
 def resolve_masked_lm(model_cfg: Any, download: Any) -> ResolvedModel:

@@ -155,10 +155,10 @@ def scratch_config(model_cfg: Any, tokenizer: Any, download: Any) -> Any:
     # Special ids follow the tokenizer (the mirror's RoBERTa config.json predates pad_token_id; ModernBERT's
     # defaults are ids of its own 50k vocabulary): one the tokenizer lacks is dropped when out of range.
     for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
-        value = getattr(tokenizer, attr, None)
-        if value is not None and (attr in ("pad_token_id", "bos_token_id", "eos_token_id") or hasattr(config, attr)):
+        value, current = getattr(tokenizer, attr, None), getattr(config, attr, None)
+        if value is not None:
             setattr(config, attr, value)
-        elif isinstance(getattr(config, attr, None), int) and getattr(config, attr) >= config.vocab_size:
+        elif isinstance(current, int) and current >= config.vocab_size:
             setattr(config, attr, None)
     config.architectures = None
     return config

@@ -90,6 +90,32 @@ def test_fe_mlm_loss_and_gradients_equal_the_models_own_dense_loss(checkpoint: t
             torch.testing.assert_close(param.grad, dense_grads[name], atol=1e-6, rtol=1e-4, msg=name)
 
 
+# Heads of other shapes: DeBERTa's non-legacy head takes the word embeddings as a second argument, DistilBERT's
+# is four loose modules, ELECTRA's generator two; each must be found (names in call order) and equal the dense loss.
+OTHER_HEADS = {
+    "deberta-v2": ({"legacy": False, **SHAPE}, ["lm_predictions"]),
+    "distilbert": ({"dim": 16, "n_layers": 1, "n_heads": 2, "hidden_dim": 32},
+                   ["vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"]),
+    "electra": ({"embedding_size": 16, **SHAPE}, ["generator_predictions", "generator_lm_head"]),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(OTHER_HEADS))
+def test_heads_of_other_shapes_are_found_by_structure(model_type: str) -> None:
+    from femlm.models.heads import find_mlm_head
+
+    settings, names = OTHER_HEADS[model_type]
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, vocab_size=99, **settings)
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager").eval()
+    assert find_mlm_head(model).names == names
+    ids = torch.randint(5, 99, (2, 12), generator=torch.Generator().manual_seed(1))
+    labels = torch.full_like(ids, -100)
+    labels[:, ::3] = ids[:, ::3]
+    loss_sum, count, _ = MaskedLMObjective(model)(ids, None, labels)
+    assert (loss_sum / count).item() == pytest.approx(model(input_ids=ids, labels=labels).loss.item(), abs=1e-5)
+
+
 def command(name: str, root: Path, *overrides: str) -> dict:
     """`femlm <name> <overrides>` in this process (the CLI's composition and run function, no start-up cost)."""
     from femlm.commands import COMMANDS

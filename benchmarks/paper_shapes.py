@@ -44,7 +44,8 @@ def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: P
                  f"trainer.batch_size={rows}", f"trainer.max_steps={steps}", "download.offline=true")
     torch.manual_seed(0)
     start = time.perf_counter()
-    tokenizer, model, _, _ = inputs.tokenizer_and_model(cfg, workdir, DistInfo(device=device))
+    resolved, model, _ = inputs.tokenizer_and_model(cfg, workdir, DistInfo(device=device))
+    tokenizer = resolved.tokenizer
     build_s = time.perf_counter() - start
     params = sum(p.numel() for p in model.parameters())
     # Random ids from the ordinary vocabulary, framed like real blocks (<s> ... </s> / [CLS] ... [SEP]).

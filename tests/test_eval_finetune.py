@@ -25,7 +25,9 @@ from femlm.eval import evaluate, finetune
 from femlm.eval.evaluate import run_evaluate
 from femlm.eval.finetune import run_finetune
 from femlm.eval.inputs import encode, label_spec
+from femlm.models.config import ModelConfig
 from femlm.models.load import load_classifier
+from femlm.models.resolve import resolve_classifier
 from femlm.runs import Run
 
 torch.set_num_threads(1)
@@ -169,7 +171,7 @@ def test_regression_pairs_like_stsb(checkpoint: Path, toy_data: Any, tmp_path: P
     task = toy_task(name="toysts", text_fields=["sentence1", "sentence2"], labels=None,
                     metric="pearson_spearman", main_metric="pearson", eval_split="dev", patience=None, epochs=2)
     spec = label_spec(task)
-    model, fresh = load_classifier(str(checkpoint), spec, None)
+    model, fresh = load_classifier(resolve_classifier(str(checkpoint), ModelConfig(), None), spec, None)
     assert model.config.num_labels == 1 and model.config.problem_type == "regression"
     assert "classifier.weight" in fresh
     results = run_finetune(make_cfg(checkpoint, task), new_run(tmp_path / "sts"))
@@ -224,7 +226,7 @@ def test_early_stopping_restores_best_epoch(checkpoint: Path, monkeypatch: pytes
         return {"macro_f1": next(scripted), "accuracy": 0.5}, []
 
     monkeypatch.setattr(loop, "score_split", fake_score)
-    model, _ = load_classifier(str(checkpoint), spec, None)
+    model, _ = load_classifier(resolve_classifier(str(checkpoint), ModelConfig(), None), spec, None)
     recipe = loop.Recipe(epochs=10, lr=1e-2, batch_size=8, max_length=32, patience=2, warmup_ratio=0.0,
                          weight_decay=0.0)
     logged: list[dict[str, Any]] = []
@@ -264,9 +266,7 @@ def test_user_errors(checkpoint: Path, toy_data: Any, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=f"at most {MAX_POSITIONS} positions"):
         run_finetune(make_cfg(checkpoint, toy_task(), max_length=MAX_POSITIONS + 1), new_run(tmp_path / "c"))
     with pytest.raises(UserError, match="give a local checkpoint"):
-        finetune.resolve_checkpoint("no-such-org/no-such-model")
-        load_classifier("no-such-org/no-such-model", label_spec(toy_task()),
-                        download=type("D", (), {"offline": True})())
+        resolve_classifier("no-such-org/no-such-model", ModelConfig(), type("D", (), {"offline": True})())
     with pytest.raises(UserError, match="needs a dev split"):  # never select epochs on test
         run_finetune(make_cfg(checkpoint, toy_task(name="nodev")), new_run(tmp_path / "e"))
     ev = make_cfg(checkpoint, toy_task(), evaluate=True)

@@ -14,7 +14,9 @@ from femlm.data.config import DownloadConfig
 from femlm.errors import UserError
 from femlm.models.checkpoints import position_limit
 from femlm.models.config import ModelConfig
-from femlm.models.load import check_compatible, find_mlm_head, load_masked_lm
+from femlm.models.heads import find_mlm_head
+from femlm.models.load import check_compatible, load_masked_lm
+from femlm.models.resolve import resolve_masked_lm
 from femlm.train.objective import MaskedLMObjective
 from helpers.tiny import tiny_tokenizer
 
@@ -75,11 +77,11 @@ def test_sparse_loss_and_gradients_equal_hf_full_loss(model_type: str, attn: str
 
 
 def test_unknown_head_falls_back_to_the_full_projection() -> None:
-    config = AutoConfig.for_model("electra", vocab_size=99, hidden_size=32, embedding_size=32, num_hidden_layers=1,
-                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    model = AutoModelForMaskedLM.from_config(config).eval()
-    with pytest.warns(UserWarning, match="sparse prediction is off"):
+    model = make_model("bert").eval()
+    model.get_output_embeddings = lambda: None  # a model whose head cannot be found by structure
+    with pytest.warns(UserWarning, match="MLM head not found .*no output embeddings.*sparse prediction is off"):
         objective = MaskedLMObjective(model, sparse=True)
+    assert objective.prediction.startswith("dense (the model has no output embeddings")
     ids, attention, labels = masked_batch()
     loss_sum, count, _ = objective(ids, attention, labels)
     full = model(input_ids=ids, attention_mask=attention, labels=labels).loss
@@ -87,7 +89,9 @@ def test_unknown_head_falls_back_to_the_full_projection() -> None:
 
 
 def load_checkpoint_model(name: str, new_mlm_head: bool = False):
-    return load_masked_lm(ModelConfig(name_or_path=name, new_mlm_head=new_mlm_head), DownloadConfig(offline=True))[0]
+    download = DownloadConfig(offline=True)
+    return load_masked_lm(resolve_masked_lm(ModelConfig(name_or_path=name, new_mlm_head=new_mlm_head), download),
+                          download)[0]
 
 
 def test_checkpoint_round_trip_and_errors(tmp_path: Path) -> None:

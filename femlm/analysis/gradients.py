@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from femlm.errors import UserError
+from femlm.models.heads import find_mlm_head
 
 
 def select_parameters(model: nn.Module, patterns: Sequence[str]) -> list[str]:
@@ -45,15 +46,6 @@ def select_parameters(model: nn.Module, patterns: Sequence[str]) -> list[str]:
 def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     module_name, _, attr = name.rpartition(".")
     return model.get_submodule(module_name), attr
-
-
-def _head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """(encoder, MLM head) for sparse prediction, when the model exposes them (BERT, RoBERTa)."""
-    head = getattr(model, "cls", None) or getattr(model, "lm_head", None)
-    base = getattr(model, "base_model", None)
-    if head is None or base is None or base is model:
-        return None
-    return base, head
 
 
 class MaskedLMGradients:
@@ -87,6 +79,7 @@ class MaskedLMGradients:
         self.mask_token_id = int(mask_token_id)
         self.chunk = int(chunk)
         self.passes = 0
+        self.head = find_mlm_head(model)  # by structure (femlm.models.heads); None: logits at every position
         for name, param in model.named_parameters():
             param.requires_grad_(name in self.names)
 
@@ -107,15 +100,13 @@ class MaskedLMGradients:
     def _row_losses(self, inputs: torch.Tensor, att: torch.Tensor | None, pos: torch.Tensor,
                     targets: torch.Tensor) -> torch.Tensor:
         """Mean masked-token cross-entropy of each row, ``[N]``; logits only at masked positions if possible."""
-        parts = _head(self.model)
-        if parts is None:
+        if self.head is None:
             logits = self.model(input_ids=inputs, attention_mask=att).logits
             logits = torch.gather(logits, 1, pos[..., None].expand(-1, -1, logits.shape[-1]))
         else:
-            base, head = parts
-            hidden = base(input_ids=inputs, attention_mask=att).last_hidden_state
+            hidden = self.model.base_model(input_ids=inputs, attention_mask=att)[0]
             hidden = torch.gather(hidden, 1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
-            logits = head(hidden)
+            logits = self.head(hidden)
         losses = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="none")
         return losses.view(targets.shape).mean(dim=1)
 
@@ -154,9 +145,13 @@ class MaskedLMGradients:
                 handle.remove()
         rows = len(inputs)
         flat = []
-        for module, attr in owners:
+        for name, (module, attr) in zip(self.names, owners, strict=True):
             grad = None
             for x, delta in captured[id(module)]:  # a module called twice (shared weights) adds up
+                if x.ndim < 3 or x.shape[0] != rows:  # e.g. DeBERTa's shared query_proj on position embeddings
+                    raise UserError(f"analysis.parameters: {name} is also applied to an input shared by all rows "
+                                    f"(shape {tuple(x.shape)}), so hooks cannot split its gradient per row; choose "
+                                    "another parameter or analysis.method=vmap")
                 x, delta = x.reshape(rows, -1, x.shape[-1]), delta.reshape(rows, -1, delta.shape[-1])
                 part = torch.einsum("bto,bti->boi", delta, x) if attr == "weight" else delta.sum(dim=1)
                 grad = part if grad is None else grad + part

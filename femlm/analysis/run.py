@@ -52,42 +52,32 @@ from .tables import write_csv
 def load_model(cfg: Any, weights: bool = True) -> tuple[Any, torch.nn.Module | None, dict[str, Any]]:
     """(tokenizer, model, description). ``model.name_or_path`` null builds ``model.arch`` at initialisation (the
     paper's "before pre-training" panel). ``weights=False`` makes every check and returns no model (dry run)."""
-    from femlm.models.checkpoints import inspect_checkpoint
-    from femlm.models.load import (
-        check_compatible,
-        check_mask_token,
-        construct_model,
-        load_masked_lm,
-        masked_lm_config,
-        scratch_config,
-        tokenizer_for,
-    )
+    from femlm.models.load import check_compatible, construct_model, load_masked_lm, tokenizer_for
+    from femlm.models.resolve import resolve_masked_lm, resolve_scratch
 
     mcfg = cfg.model
     if mcfg.name_or_path:
-        config = masked_lm_config(mcfg, cfg.download)
-        tokenizer, _ = tokenizer_for(mcfg, cfg.download)
-        info = inspect_checkpoint(mcfg.name_or_path)
-        pretrain = info.femlm if info is not None else None
-        model = load_masked_lm(mcfg, cfg.download)[0] if weights else None
-        panel = "pretrained"
+        resolved = resolve_masked_lm(mcfg, cfg.download)
+        model = load_masked_lm(resolved, cfg.download)[0] if weights else None
+        pretrain, panel = resolved.femlm, "pretrained"
         slug = f"{pretrain.get('masking')}_step{pretrain.get('step')}" if pretrain else Path(mcfg.name_or_path).name
     else:
         if not mcfg.tokenizer:
             raise UserError(f"model.tokenizer is not set (model={mcfg.name}, name_or_path=null): the "
                             "initialisation panel builds the model from model.arch and needs a tokenizer; give "
                             "the pre-trained checkpoint's directory (same vocabulary) or bert-base-uncased")
-        tokenizer, _ = tokenizer_for(mcfg, cfg.download)
-        config = scratch_config(mcfg, tokenizer, cfg.download)
+        resolved = resolve_scratch(mcfg, *tokenizer_for(mcfg, cfg.download), cfg.download)
         torch.manual_seed(cfg.seed)  # the initial weights are part of the result: make them reproducible
-        model = construct_model(config, mcfg.attn_implementation) if weights else None
+        model = construct_model(resolved) if weights else None
         pretrain, panel, slug = None, "initialisation", "init"
-    check_mask_token(tokenizer, "the tokenizer")
+    if weights:
+        resolved.announce()
+    tokenizer, config = resolved.tokenizer, resolved.config
     check_compatible(config, tokenizer, cfg.data.block_size, f"model={mcfg.name}")
     info = {"name": mcfg.name, "name_or_path": mcfg.name_or_path, "tokenizer": mcfg.tokenizer, "panel": panel,
             "slug": re.sub(r"[^A-Za-z0-9_.-]+", "-", str(slug)), "pretrain": pretrain,
             "parameters_total": sum(p.numel() for p in model.parameters()) if model is not None else None,
-            "model_type": getattr(config, "model_type", None)}
+            "model_type": getattr(config, "model_type", None), "encoder": resolved.describe()}
     return tokenizer, model, info
 
 

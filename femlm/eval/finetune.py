@@ -25,21 +25,11 @@ from femlm.eval.inputs import (
 )
 from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.results import aggregate_seeds, finite, format_score, write_predictions
-from femlm.models.checkpoints import ensure_obtainable, inspect_checkpoint, position_limit
-from femlm.models.load import load_classifier, load_config, tokenizer_for
+from femlm.models.load import load_classifier
+from femlm.models.resolve import ResolvedModel, resolve_classifier
 from femlm.paper import reported_for_task
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
-
-
-def resolve_checkpoint(name_or_path: str | None) -> str:
-    """Check a checkpoint before any work: a local save_pretrained directory with weights, or a fetchable Hub id."""
-    if not name_or_path:
-        raise UserError("model.name_or_path is not set: give a checkpoint directory (e.g. a pre-training run's "
-                        "checkpoints/final) or a Hub id")
-    info = inspect_checkpoint(name_or_path)
-    ensure_obtainable(name_or_path)
-    return str(info.path) if info is not None else name_or_path
 
 
 @dataclass
@@ -54,12 +44,12 @@ class Prepared:
     notes: list[str]
 
 
-def prepare(cfg: Any, checkpoint: str) -> Prepared:
+def prepare(cfg: Any, resolved: ResolvedModel) -> Prepared:
+    """The task's data read, checked and tokenized with the resolved checkpoint's tokenizer."""
     task, ft = cfg.task, cfg.finetune
     spec = label_spec(task)
-    tokenizer, _ = tokenizer_for(cfg.model, cfg.download, checkpoint)
-    limit = position_limit(load_config(checkpoint, cfg.download), tokenizer)
-    recipe, notes = loop.make_recipe(task, ft, cfg.runtime, limit, pick_device(cfg.runtime.device))
+    tokenizer = resolved.tokenizer
+    recipe, notes = loop.make_recipe(task, ft, cfg.runtime, resolved.position_limit, pick_device(cfg.runtime.device))
     data = load_task(task, cfg.download)
     notes = list(task_data_notes(task, cfg.download)) + notes
     if "train" not in data:
@@ -117,21 +107,19 @@ def majority_baseline(prep: Prepared, metric: str) -> dict[str, Any]:
     return out
 
 
-def run_seeds(cfg: Any, checkpoint: str, prep: Prepared, out_dir: Path, run: Any,
+def run_seeds(cfg: Any, resolved: ResolvedModel, prep: Prepared, out_dir: Path, run: Any,
               extra_log: dict[str, Any] | None = None,
               on_seed: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
-    """Fine-tune a fresh copy of ``checkpoint`` per seed; write each seed's predictions and scores."""
+    """Fine-tune a fresh copy of the resolved checkpoint per seed; write each seed's predictions and scores."""
     task, ft = cfg.task, cfg.finetune
     device = pick_device(cfg.runtime.device)
     collator = DataCollatorWithPadding(prep.tokenizer)
     names = None if prep.spec.regression else prep.spec.id2label
-    info = inspect_checkpoint(checkpoint)
-    pretrain = info.femlm if info is not None else None
     monitor = prep.splits[monitor_split(prep.splits, task.eval_split)]
     rows = []
     for seed in ft.seeds:
         set_seed(seed)  # the new head's init, dropout and the shuffling all follow the seed
-        model, fresh = load_classifier(checkpoint, prep.spec, cfg.download)
+        model, fresh = load_classifier(resolved, prep.spec, cfg.download)
         if fresh and not rows:
             prep.notes.append("newly initialized on top of the checkpoint (trained from scratch on the task): "
                               + ", ".join(fresh))
@@ -157,8 +145,8 @@ def run_seeds(cfg: Any, checkpoint: str, prep: Prepared, out_dir: Path, run: Any
             payload = finite({**row, "history": result.history})
             (seed_dir / "scores.json").write_text(json.dumps(payload, indent=2) + "\n")
             if ft.save_model:
-                save_finetuned(model, prep.tokenizer, seed_dir / "model", task.name, seed, checkpoint, pretrain,
-                               result.best_epoch, prep.recipe.max_length)
+                save_finetuned(model, prep.tokenizer, seed_dir / "model", task.name, seed, str(resolved.source),
+                               resolved.femlm, result.best_epoch, prep.recipe.max_length)
         run.log(**(extra_log or {}), seed=seed, event="seed_done", best_epoch=result.best_epoch,
                 **{f"{k}_{m}": v for k in scored_splits(prep) for m, v in row[k].items()})
         rows.append(row)
@@ -189,10 +177,11 @@ def finetune_checkpoint(cfg: Any, checkpoint: str, out_dir: Path, run: Any,
     if not cfg.finetune.seeds:
         raise UserError("finetune.seeds=[]: give at least one seed, e.g. finetune.seeds=[1,2,3]")
     task = cfg.task
-    checkpoint = resolve_checkpoint(checkpoint)
+    resolved = resolve_classifier(checkpoint, cfg.model, cfg.download)
+    resolved.announce()
     configure_process(cfg.runtime)
     start = time.time()
-    prep = prepare(cfg, checkpoint)
+    prep = prepare(cfg, resolved)
     baseline = majority_baseline(prep, task.metric)
 
     def payload(seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,7 +190,8 @@ def finetune_checkpoint(cfg: Any, checkpoint: str, out_dir: Path, run: Any,
             notes.append(f"task {task.name} is scored on {task.eval_split} (GLUE: the test labels are not public)")
         return finite({
             "kind": "finetune", "task": task.name, "metric": task.metric, "main_metric": task.main_metric,
-            "eval_split": task.eval_split, "checkpoint": checkpoint, "pretrain": _pretrain_info(checkpoint),
+            "eval_split": task.eval_split, "checkpoint": resolved.source, "pretrain": resolved.femlm,
+            "encoder": resolved.describe(),
             "seeds": seeds, "aggregate": aggregate_seeds(seeds, scored_splits(prep)),
             "majority_baseline": baseline, "notes": notes, "hardware": hardware(), "git_commit": git_commit(),
             "scale": {"train_examples": len(prep.splits["train"]), "full_train_examples": prep.full_train,
@@ -216,13 +206,7 @@ def finetune_checkpoint(cfg: Any, checkpoint: str, out_dir: Path, run: Any,
         if write_as is not None:
             run.write_json(write_as, payload(seeds))
 
-    return payload(run_seeds(cfg, checkpoint, prep, out_dir, run, extra_log, on_seed))
-
-
-def _pretrain_info(checkpoint: str) -> dict[str, Any] | None:
-    """The checkpoint's femlm.json (masking arm, step, ...), or None for outside checkpoints."""
-    info = inspect_checkpoint(checkpoint)
-    return info.femlm if info is not None else None
+    return payload(run_seeds(cfg, resolved, prep, out_dir, run, extra_log, on_seed))
 
 
 def summary_line(results: dict[str, Any]) -> str:
@@ -237,9 +221,10 @@ def summary_line(results: dict[str, Any]) -> str:
 def plan_finetune(cfg: Any, run: Any) -> dict[str, Any]:
     """Every check of a fine-tuning run without training: checkpoint, tokenizer, recipe, the task's data
     (read, labels checked, tokenized)."""
-    checkpoint = resolve_checkpoint(cfg.model.name_or_path)
-    prep = prepare(cfg, checkpoint)
-    return {"checkpoint": checkpoint, "task": cfg.task.name, "seeds": list(cfg.finetune.seeds),
+    resolved = resolve_classifier(cfg.model.name_or_path, cfg.model, cfg.download)
+    prep = prepare(cfg, resolved)
+    return {"checkpoint": resolved.source, "encoder": resolved.describe(), "task": cfg.task.name,
+            "seeds": list(cfg.finetune.seeds),
             "recipe": prep.recipe.as_dict(), "examples": {k: len(v) for k, v in prep.splits.items()},
             "notes": prep.notes}
 

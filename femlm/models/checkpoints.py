@@ -15,10 +15,11 @@ from femlm.data.network import hub_reachable
 from femlm.errors import UserError
 
 # Models whose position ids start after the padding index (RoBERTa: 514 positions hold 512 tokens).
-PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod",
+PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "longformer", "data2vec-text", "xmod", "mpnet",
                                   "roberta-prelayernorm"})
 HEAD_ONLY_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
                       "ForMultipleChoice")
+MASKED_LM_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer_config.json")
@@ -49,6 +50,12 @@ class CheckpointInfo:
     def is_classifier(self) -> bool:
         archs = self.architectures
         return bool(archs) and all(a.endswith(HEAD_ONLY_SUFFIXES) for a in archs)
+
+    @property
+    def encoder_only(self) -> bool:
+        """Saved as a bare encoder (e.g. MPNetModel): no masked-LM head weights."""
+        archs = self.architectures
+        return bool(archs) and not self.is_classifier and not any(a.endswith(MASKED_LM_SUFFIXES) for a in archs)
 
 
 def _weight_keys(path: Path) -> list[str] | None:
@@ -126,10 +133,8 @@ def check_masked_lm(info: CheckpointInfo | None, name: str, new_mlm_head: bool,
     if info.is_classifier:
         raise UserError(f"{key}={name}: a {info.architectures[0]} checkpoint; pre-training needs a masked-LM "
                         "checkpoint (e.g. checkpoints/final of a pre-training run), not a fine-tuned classifier")
-    archs = info.architectures
-    encoder_only = bool(archs) and not any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in archs)
-    if encoder_only and not new_mlm_head:
-        raise UserError(f"{key}={name}: a {archs[0]} checkpoint without masked-LM head weights; pre-training needs a "
+    if info.encoder_only and not new_mlm_head:
+        raise UserError(f"{key}={name}: a {info.architectures[0]} checkpoint without masked-LM head weights; pre-training needs a "
                         "masked-LM checkpoint, or model.new_mlm_head=true to initialise a fresh head on this encoder")
 
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from femlm.errors import UserError
 from femlm.models.checkpoints import (
-    check_masked_lm,
-    ensure_obtainable,
+    CheckpointInfo,
     hub_reachable,
     inspect_checkpoint,
     is_local,
@@ -66,10 +64,13 @@ def _require_fast(tokenizer: Any, where: str) -> Any:
     return tokenizer
 
 
-def tokenizer_for(model_cfg: Any, download: Any, checkpoint: str | None = None) -> tuple[Any, str]:
-    """(tokenizer, where it came from) by the module's rule; `checkpoint` defaults to model.name_or_path."""
+def tokenizer_for(model_cfg: Any, download: Any, checkpoint: str | None = None,
+                  info: CheckpointInfo | None = None) -> tuple[Any, str]:
+    """(tokenizer, where it came from) by the module's rule; `checkpoint` defaults to model.name_or_path, `info`
+    is its inspection when the caller already made it."""
     checkpoint = checkpoint if checkpoint is not None else model_cfg.name_or_path
-    info = inspect_checkpoint(checkpoint) if checkpoint else None
+    if info is None and checkpoint:
+        info = inspect_checkpoint(checkpoint)
     if info is not None and info.has_tokenizer:
         source, key = str(info.path), "model.name_or_path (its tokenizer)"
     elif model_cfg.tokenizer:
@@ -109,14 +110,16 @@ def _offline(download: Any) -> bool:
     return bool(getattr(download, "offline", False)) or not hub_reachable()
 
 
-def load_config(name_or_path: str, download: Any, key: str = "model.name_or_path") -> Any:
+def load_config(name_or_path: str, download: Any, key: str = "model.name_or_path",
+                info: CheckpointInfo | None = None) -> Any:
     """`AutoConfig` of a checkpoint directory, a mirrored model config (bert-base-uncased, roberta-base) or a
-    Hub id, with every failure turned into one line."""
+    Hub id, with every failure turned into one line; `info`: the directory's inspection, when already made."""
     from transformers import AutoConfig
 
     from femlm.data.tokenizer import mirrored_config_path
 
-    inspect_checkpoint(name_or_path, key)
+    if info is None:
+        inspect_checkpoint(name_or_path, key)
     mirrored = None if is_local(name_or_path) else mirrored_config_path(name_or_path, download)
     source = str(mirrored) if mirrored is not None else str(Path(name_or_path).expanduser())
     try:
@@ -149,65 +152,50 @@ def scratch_config(model_cfg: Any, tokenizer: Any, download: Any) -> Any:
     if len(tokenizer) > config.vocab_size:
         raise UserError(f"model={model_cfg.name}: tokenizer has {len(tokenizer)} tokens but the model's vocab_size "
                         f"is {config.vocab_size}; use the model's tokenizer or a larger model.arch.vocab_size")
-    # Special ids follow the tokenizer (the mirror's RoBERTa config.json predates pad_token_id).
-    for attr in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        value = getattr(tokenizer, attr, None)
+    # Special ids follow the tokenizer (the mirror's RoBERTa config.json predates pad_token_id; ModernBERT's
+    # defaults are ids of its own 50k vocabulary): one the tokenizer lacks is dropped when out of range.
+    for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"):
+        value, current = getattr(tokenizer, attr, None), getattr(config, attr, None)
         if value is not None:
             setattr(config, attr, value)
+        elif isinstance(current, int) and current >= config.vocab_size:
+            setattr(config, attr, None)
     config.architectures = None
     return config
 
 
-def construct_model(config: Any, attn_implementation: str) -> nn.Module:
-    """A masked LM with random weights (seeded by the caller's torch seed)."""
-    from transformers import AutoModelForMaskedLM
-
-    return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)
+def construct_model(resolved: Any) -> nn.Module:
+    """A masked LM with random weights (seeded by the caller's torch seed) of a `resolve_scratch` model."""
+    return resolved.model_class._from_config(resolved.config, attn_implementation=resolved.attn_implementation)
 
 
-def masked_lm_config(model_cfg: Any, download: Any) -> Any:
-    """Every check `load_masked_lm` makes before reading weights, and the checkpoint's config."""
-    name = str(model_cfg.name_or_path)
-    check_masked_lm(inspect_checkpoint(name), name, model_cfg.new_mlm_head)
-    ensure_obtainable(name)
-    return load_config(name, download)
-
-
-def load_masked_lm(model_cfg: Any, download: Any) -> tuple[nn.Module, list[str]]:
-    """`model.name_or_path` as a masked LM; also the parameters initialised fresh (a new MLM head when
-    `model.new_mlm_head` allowed one). Classifiers and head-less encoders are refused before loading."""
-    from transformers import AutoModelForMaskedLM
-
-    name = str(model_cfg.name_or_path)
-    key = f"model.name_or_path={name}"
-    config = masked_lm_config(model_cfg, download)
-    info = inspect_checkpoint(name)
-    source = str(info.path) if info is not None else name
+def load_masked_lm(resolved: Any, download: Any) -> tuple[nn.Module, list[str]]:
+    """A `resolve_masked_lm` checkpoint's weights as a masked LM; also the head parameters initialised fresh
+    (model.new_mlm_head on an encoder saved without its head). A checkpoint that turns out to have no head
+    weights without that setting is refused."""
+    key = f"model.name_or_path={resolved.source}"
     try:
         with quiet_transformers():
-            model, loading = AutoModelForMaskedLM.from_pretrained(
-                source, config=config, attn_implementation=model_cfg.attn_implementation,
-                local_files_only=info is not None or _offline(download), output_loading_info=True)
-    except ValueError as err:  # no masked-LM class for this model type
-        raise UserError(f"{key}: {config.model_type} checkpoint has no masked-LM head class "
-                        f"({str(err).splitlines()[0]})") from None
+            model, loading = resolved.model_class.from_pretrained(
+                resolved.source, config=resolved.config, attn_implementation=resolved.attn_implementation,
+                local_files_only=resolved.origin == "local" or _offline(download), output_loading_info=True)
     except OSError as err:
-        if info is not None:
+        if resolved.origin == "local":
             raise UserError(f"{key}: no loadable weights ({str(err).splitlines()[0]})") from None
         raise UserError(f"{key}: could not fetch this Hub id (offline?); give a local checkpoint directory") from None
     fresh = sorted(loading.get("missing_keys") or [])
-    head = find_mlm_head(model)
-    prefix = next((n for n, m in model.named_children() if m is head), None)
-    fresh_head = [k for k in fresh if prefix and k.startswith(prefix + ".")]
-    if fresh_head and not model_cfg.new_mlm_head:
+    encoder = model.base_model_prefix + "."
+    fresh_head = [k for k in fresh if not k.startswith(encoder)]
+    if fresh_head and not resolved.new_head_allowed:
         raise UserError(f"{key}: a checkpoint without masked-LM head weights (missing {fresh_head[0]}); pre-training "
                         "needs a masked-LM checkpoint (e.g. checkpoints/final of a pre-training run), not a fine-tuned "
                         "classifier; for an encoder saved without its head, model.new_mlm_head=true initialises one")
+    resolved.head = "new" if fresh_head else "checkpoint"  # what the weights showed (config.json may not say)
     unused = list(loading.get("unexpected_keys") or [])
-    if fresh or unused:
+    if len(fresh) > len(fresh_head) or unused:
         warnings.warn(f"{key}: {len(fresh)} parameter(s) newly initialized (e.g. {fresh[:2]}), {len(unused)} "
                       f"unused (e.g. {unused[:2]})", stacklevel=2)
-    return model, fresh
+    return model, fresh_head
 
 
 def check_compatible(config: Any, tokenizer: Any, block_size: int, where: str) -> None:
@@ -222,24 +210,20 @@ def check_compatible(config: Any, tokenizer: Any, block_size: int, where: str) -
                         f"max_position_embeddings={config.max_position_embeddings}); lower data.block_size")
 
 
-def load_classifier(checkpoint: str, labels: Any, download: Any) -> tuple[nn.Module, list[str]]:
-    """A sequence classifier on a checkpoint's encoder with a fresh head of the task's shape (`labels` is a
-    femlm.eval.inputs.LabelSpec); also the newly initialised parameter names."""
-    from transformers import AutoModelForSequenceClassification
-
-    info = inspect_checkpoint(checkpoint)
-    ensure_obtainable(checkpoint)
+def load_classifier(resolved: Any, labels: Any, download: Any) -> tuple[nn.Module, list[str]]:
+    """A sequence classifier on a `resolve_classifier` checkpoint's encoder with a fresh head of the task's shape
+    (`labels` is a femlm.eval.inputs.LabelSpec); also the newly initialised parameter names."""
     try:
         with quiet_transformers():
-            model, loading = AutoModelForSequenceClassification.from_pretrained(
-                checkpoint, num_labels=labels.num_labels, problem_type=labels.problem_type,
-                id2label=labels.id2label, label2id=labels.label2id,
-                local_files_only=info is not None or _offline(download), output_loading_info=True)
+            model, loading = resolved.model_class.from_pretrained(
+                resolved.source, num_labels=labels.num_labels, problem_type=labels.problem_type,
+                id2label=labels.id2label, label2id=labels.label2id, attn_implementation=resolved.attn_implementation,
+                local_files_only=resolved.origin == "local" or _offline(download), output_loading_info=True)
     except OSError as err:
-        if info is not None:
-            raise UserError(f"model.name_or_path={checkpoint}: cannot load weights ({err})") from None
-        raise UserError(f"model.name_or_path={checkpoint}: cannot load it ({type(err).__name__}); it is not a local "
-                        "directory and the Hub is unreachable or offline: give a local checkpoint directory") from None
+        if resolved.origin == "local":
+            raise UserError(f"model.name_or_path={resolved.source}: cannot load weights ({err})") from None
+        raise UserError(f"model.name_or_path={resolved.source}: cannot load it ({type(err).__name__}); it is not a "
+                        "local directory and the Hub is unreachable or offline: give a local checkpoint directory") from None
     return model, sorted(loading.get("missing_keys") or [])
 
 
@@ -255,27 +239,7 @@ def load_finetuned(checkpoint: Path, labels: Any, task_name: str) -> nn.Module:
     return model
 
 
-# ----------------------------------------------------------------------------------------------- heads
-def find_mlm_head(model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """The module (or function) mapping hidden states [T, H] to vocabulary logits [T, V]."""
-    for attr in ("cls", "lm_head"):  # BertForMaskedLM / RobertaForMaskedLM and their many copies
-        head = getattr(model, attr, None)
-        if isinstance(head, nn.Module):
-            return head
-    if all(hasattr(model, a) for a in ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")):
-        def distilbert_head(hidden: torch.Tensor) -> torch.Tensor:  # DistilBertForMaskedLM has no head module
-            x = model.vocab_layer_norm(model.activation(model.vocab_transform(hidden)))
-            return model.vocab_projector(x)
-        return distilbert_head
-    # Generic: the one child (besides the encoder) that holds the output embeddings.
-    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    owners = [m for n, m in model.named_children()
-              if m is not model.base_model and out is not None and any(x is out for x in m.modules())]
-    if len(owners) == 1 and owners[0] is not out:
-        return owners[0]
-    return None
-
-
+# ----------------------------------------------------------------------------------------------- optimizer
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Decay matrices only: no weight decay on biases and LayerNorm weights (the BERT/RoBERTa recipe)."""
     decay, no_decay = [], []

@@ -11,63 +11,44 @@ from typing import Any
 import torch
 
 from femlm.masking import build_masker, word_start_table
-from femlm.models.load import (
-    check_compatible,
-    check_mask_token,
-    construct_model,
-    load_masked_lm,
-    load_tokenizer,
-    masked_lm_config,
-    scratch_config,
-    tokenizer_for,
-)
+from femlm.models.load import check_compatible, construct_model, load_masked_lm, load_tokenizer
+from femlm.models.resolve import ResolvedModel, resolve_masked_lm, resolve_scratch
 from femlm.train.distributed import DistInfo, barrier, broadcast_object
 
 
 # ----------------------------------------------------------------------------------------------- model
-def tokenizer_and_config(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, Any, str | None]:
-    """(tokenizer, model config, init_from) with every check of loading, and no weights read: the plan of a
+def resolve_model(cfg: Any, run_dir: Path, dist: DistInfo) -> ResolvedModel:
+    """The model of this run, resolved once with every check of loading and no weights read: the plan of a
     dry run and the first half of `tokenizer_and_model`. continual-pretrain reads `model.name_or_path`;
     pretrain-scratch builds a config (and trains a WordPiece vocabulary when `model.tokenizer` is null)."""
     mcfg = cfg.model
     if cfg.command == "continual-pretrain":
-        config = masked_lm_config(mcfg, cfg.download)
-        tokenizer, source = tokenizer_for(mcfg, cfg.download)
-        check_mask_token(tokenizer, f"tokenizer {source}")
-        where, init_from = f"model.name_or_path={mcfg.name_or_path}", str(mcfg.name_or_path)
+        resolved = resolve_masked_lm(mcfg, cfg.download)
+        where = f"model.name_or_path={mcfg.name_or_path}"
     else:
-        tokenizer = scratch_tokenizer(cfg, run_dir, dist)
-        check_mask_token(tokenizer, "the tokenizer")
-        config = scratch_config(mcfg, tokenizer, cfg.download)
-        where, init_from = f"model={mcfg.name}", None
-    check_compatible(config, tokenizer, cfg.data.block_size, where)
-    return tokenizer, config, init_from
+        source = str(mcfg.tokenizer or run_dir / "tokenizer")
+        resolved = resolve_scratch(mcfg, scratch_tokenizer(cfg, run_dir, dist), source, cfg.download)
+        where = f"model={mcfg.name}"
+    check_compatible(resolved.config, resolved.tokenizer, cfg.data.block_size, where)
+    return resolved
 
 
-def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, torch.nn.Module, str | None, list[str]]:
-    """(tokenizer, model, init_from, new_head): the checkpoint's weights, or random ones seeded by the caller;
-    `new_head` names the masked-LM head parameters initialised fresh (model.new_mlm_head=true on an encoder
-    saved without its head; empty otherwise), announced in one line here and recorded in summary.json."""
-    tokenizer, config, init_from = tokenizer_and_config(cfg, run_dir, dist)
+def tokenizer_and_model(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[ResolvedModel, torch.nn.Module, list[str]]:
+    """(resolved, model, new_head): the checkpoint's weights, or random ones seeded by the caller; `new_head`
+    names the masked-LM head parameters initialised fresh (model.new_mlm_head=true on an encoder saved without
+    its head; empty otherwise), announced in one line here and recorded in summary.json."""
+    resolved = resolve_model(cfg, run_dir, dist)
+    if dist.is_main:
+        resolved.announce()
     new_head: list[str] = []
-    if init_from is not None:
-        model, fresh = load_masked_lm(cfg.model, cfg.download)
-        new_head = new_head_parameters(model, fresh) if cfg.model.new_mlm_head else []
+    if resolved.origin != "scratch":
+        model, new_head = load_masked_lm(resolved, cfg.download)
         if new_head and dist.is_main:
-            print(f"notice: model.new_mlm_head=true: {init_from} has no masked-LM head weights; a fresh head is "
-                  f"initialised ({len(new_head)} tensors: {', '.join(new_head)}), as run_mlm.py does", flush=True)
+            print(f"notice: model.new_mlm_head=true: {resolved.source} has no masked-LM head weights; a fresh head "
+                  f"is initialised ({len(new_head)} tensors: {', '.join(new_head)}), as run_mlm.py does", flush=True)
     else:
-        model = construct_model(config, cfg.model.attn_implementation)
-    return tokenizer, model, init_from, new_head
-
-
-def new_head_parameters(model: torch.nn.Module, fresh: list[str]) -> list[str]:
-    """The newly initialised parameters that belong to the masked-LM head (not the encoder)."""
-    from femlm.models.load import find_mlm_head
-
-    head = find_mlm_head(model)
-    prefix = next((n for n, m in model.named_children() if m is head), None)
-    return sorted(k for k in fresh if prefix and k.startswith(prefix + "."))
+        model = construct_model(resolved)
+    return resolved, model, new_head
 
 
 def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:

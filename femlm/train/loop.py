@@ -81,7 +81,9 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     run_dir = share_run_dir(run.dir, dist)
     resuming = _prepare_run_dir(cfg, run_dir, dist)
     _seed_everything(cfg.seed)  # same seed on every rank: identical initial weights
-    tokenizer, model, init_from, new_head = inputs.tokenizer_and_model(cfg, run_dir, dist)
+    resolved, model, new_head = inputs.tokenizer_and_model(cfg, run_dir, dist)
+    tokenizer = resolved.tokenizer
+    init_from = str(cfg.model.name_or_path) if resolved.origin != "scratch" else None
     train_blocks, val_blocks = inputs.load_blocks(cfg, tokenizer, dist)
     if train_blocks.shape[0] == 0 or val_blocks.shape[0] == 0:
         raise UserError(f"domain {cfg.domain.name}: no train or validation blocks of data.block_size="
@@ -97,7 +99,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     max_steps, every = core.max_steps, core.layout.every
     run.created = False  # from here on the directory holds results: no error handler may delete it
     last_good = ckpt.latest_state(run_dir / "checkpoints") if dist.is_main else None
-    save = _saver(cfg, run_dir, core, tokenizer, init_from, dist)
+    model_info = {"attn_implementation": resolved.attn_implementation, "prediction": core.objective.prediction}
+    save = _saver(cfg, run_dir, core, tokenizer, {"init_from": init_from, **model_info}, dist)
     name = f"{cfg.command}/{cfg.masking.name}/{run_dir.name}"
     with Recorder(run, cfg.logger, run_dir, name, config_dict(cfg), max_steps, progress.step, dist.is_main) as rec, \
             StopRequest(dist) as stop:
@@ -129,7 +132,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                 last_good = save(progress, milestone=step % every(rt.save_every) == 0) or last_good
             if interrupted:
                 raise KeyboardInterrupt(f"stopped after step {step} of {max_steps}; state saved at step {step}")
-    return _finish(cfg, run, run_dir, core, tokenizer, init_from, progress, dist, corpus, new_head)
+    return _finish(cfg, run, run_dir, core, tokenizer, {"init_from": init_from, **model_info}, progress, dist, corpus,
+                   {**resolved.describe(), "prediction": core.objective.prediction, "new_mlm_head": new_head})
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -192,15 +196,16 @@ def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -
     return {"step": step, "eval_loss": loss, "eval_accuracy": accuracy}
 
 
-def _checkpoint_info(cfg: Any, step: int, max_steps: int, run_dir: Path, init_from: str | None) -> dict[str, Any]:
+def _checkpoint_info(cfg: Any, step: int, max_steps: int, run_dir: Path, origin: dict[str, Any]) -> dict[str, Any]:
+    """femlm.json; `origin`: init_from, the attention implementation and the prediction path of the run."""
     m = cfg.masking
     return {"kind": "pretrain", "command": cfg.command, "masking": m.name, "strategy": m.strategy,
             "granularity": m.granularity, "num_masks": m.num_copies, "domain": cfg.domain.name,
             "model": cfg.model.name, "step": step, "max_steps": max_steps,
-            "equal_compute": cfg.trainer.equal_compute, "run_dir": str(run_dir), "init_from": init_from}
+            "equal_compute": cfg.trainer.equal_compute, "run_dir": str(run_dir), **origin}
 
 
-def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None, dist: DistInfo):
+def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any], dist: DistInfo):
     """save(progress, milestone) -> (step, state path) on rank 0: a resumable state, and with `milestone` the
     model as `checkpoints/step_<s>` (HF save_pretrained + femlm.json)."""
 
@@ -208,7 +213,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
         rngs = gather_objects(ckpt.rng_state(), dist)  # collective: every rank takes part
         if not dist.is_main:
             return None
-        info = _checkpoint_info(cfg, progress.step, core.max_steps, run_dir, init_from)
+        info = _checkpoint_info(cfg, progress.step, core.max_steps, run_dir, origin)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
         state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
@@ -219,8 +224,8 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
     return save
 
 
-def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None,
-            progress: Progress, dist: DistInfo, corpus: Any, new_head: list[str] | None = None) -> dict[str, Any]:
+def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any],
+            progress: Progress, dist: DistInfo, corpus: Any, encoder: dict[str, Any]) -> dict[str, Any]:
     from femlm.runs import hardware
 
     evals = [r for r in read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
@@ -240,9 +245,11 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "corpus": corpus.as_dict() if corpus is not None else None,
                "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware(),
                # model.new_mlm_head=true: the head parameters initialised fresh at the start (empty: none).
-               "new_mlm_head": list(new_head or [])}
+               "new_mlm_head": list(encoder["new_mlm_head"]),
+               # the resolved model: class, attention implementation, prediction path, tokenizer, position limit
+               "encoder": encoder}
     if dist.is_main:
-        info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, init_from)
+        info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, origin)
         ckpt.save_model(run_dir / "checkpoints" / "final", core.objective.model, tokenizer, info)
         run.write_json("summary.json", summary)
         try:

@@ -2,7 +2,7 @@
 
 HF's `*ForMaskedLM.forward` projects every position to the vocabulary and then ignores 85% of them in the
 loss. `MaskedLMObjective` runs the encoder (`model.base_model`), gathers the hidden states of the labelled
-positions and applies the model's own MLM head to those rows only. Same loss, same gradients, a fraction of
+positions and applies the model's own MLM head (found by structure: femlm.models.heads) to those rows only. Same loss, same gradients, a fraction of
 the head's FLOPs and memory (the [B*L, V] logits never exist). BERT-style encoders also run their last
 layer at those rows only (sparse_layer.py). The model stays an ordinary HF model, so `save_pretrained`
 checkpoints load with plain transformers.
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from femlm.models.load import find_mlm_head
+from femlm.models.heads import trace_mlm_head
 from femlm.train.sparse_layer import sparse_last_layer, sparse_layer_forward, without_last_layer
 
 IGNORE_INDEX = -100
@@ -33,13 +33,16 @@ class MaskedLMObjective(nn.Module):
     def __init__(self, model: nn.Module, sparse: bool = True) -> None:
         super().__init__()
         self.model = model
-        self.head = find_mlm_head(model) if sparse else None
+        self.head, why = trace_mlm_head(model) if sparse else (None, "runtime.sparse_prediction=false")
         if sparse and self.head is None:
-            warnings.warn(f"{type(model).__name__}: MLM head not recognised; sparse prediction is off "
+            warnings.warn(f"{type(model).__name__}: MLM head not found ({why}); sparse prediction is off "
                           "(full vocabulary projection at every position)", stacklevel=2)
         self.sparse = self.head is not None
         # BERT-style encoders also run their last layer at the labelled rows only (femlm/train/sparse_layer.py).
         self.last_layer = sparse_last_layer(model) if self.sparse else None
+        # Which path the run took, for summary.json and femlm.json.
+        self.prediction = ("sparse head and last layer" if self.last_layer is not None else
+                           "sparse head" if self.sparse else f"dense ({why})")
 
     def logits_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                          labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

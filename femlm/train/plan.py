@@ -15,19 +15,18 @@ from femlm.data.plan import check_passes
 from femlm.data.sources import check_sources
 from femlm.train.corpus import dry_run_plan
 from femlm.train.distributed import DistInfo
-from femlm.train.inputs import make_masker, tokenizer_and_config
+from femlm.train.inputs import make_masker, resolve_model
 
 
 def plan_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
     """The plan of a pre-training run; raises UserError where the real run would."""
     check_sources(cfg.domain, cfg.download)
-    tokenizer, config, init_from = tokenizer_and_config(cfg, Path(run.dir), DistInfo())
-    masker = make_masker(cfg, tokenizer)
-    corpus = dry_run_plan(cfg, tokenizer)
+    resolved = resolve_model(cfg, Path(run.dir), DistInfo())
+    masker = make_masker(cfg, resolved.tokenizer)
+    corpus = dry_run_plan(cfg, resolved.tokenizer)
     check_passes(corpus, cfg.trainer.max_passes)
     return {
-        "model": {"name": cfg.model.name, "init_from": init_from, "model_type": config.model_type,
-                  "vocab_size": config.vocab_size, "tokenizer_size": len(tokenizer)},
+        "model": {"name": cfg.model.name, "init_from": resolved.source, **resolved.describe()},
         "masking": {"name": cfg.masking.name, "masks_per_sequence": masker.num_copies},
         "steps": cfg.trainer.max_steps,
         "corpus": corpus.as_dict(),

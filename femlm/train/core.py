@@ -144,7 +144,8 @@ class PretrainCore:
             self.module = torch.compile(self.module, dynamic=False)
             self.evaluator = torch.compile(self.objective, dynamic=False)
         self.amp_dtype = pick_precision(runtime.precision, self.device)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        # fp16: loss scaling with skipped steps and scale backoff on overflow (torch's GradScaler, CPU or CUDA).
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer = make_optimizer(self.objective.model, tcfg, self.device)
         warmup = math.ceil(tcfg.warmup_ratio * self.max_steps)
         self.scheduler = get_scheduler(_SCHEDULES[tcfg.schedule], self.optimizer, num_warmup_steps=warmup,

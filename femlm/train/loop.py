@@ -191,12 +191,14 @@ def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -
     return {"step": step, "eval_loss": loss, "eval_accuracy": accuracy}
 
 
-def _checkpoint_info(cfg: Any, step: int, max_steps: int, run_dir: Path, init_from: str | None) -> dict[str, Any]:
+def _checkpoint_info(cfg: Any, core: PretrainCore, step: int, run_dir: Path,
+                     init_from: str | None) -> dict[str, Any]:
     m = cfg.masking
     return {"kind": "pretrain", "command": cfg.command, "masking": m.name, "strategy": m.strategy,
             "granularity": m.granularity, "num_masks": m.num_copies, "domain": cfg.domain.name,
-            "model": cfg.model.name, "step": step, "max_steps": max_steps,
-            "equal_compute": cfg.trainer.equal_compute, "run_dir": str(run_dir), "init_from": init_from}
+            "model": cfg.model.name, "step": step, "max_steps": core.max_steps,
+            "equal_compute": cfg.trainer.equal_compute, "precision": precision_name(core.amp_dtype),
+            "run_dir": str(run_dir), "init_from": init_from}
 
 
 def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_from: str | None, dist: DistInfo):
@@ -207,7 +209,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, init_fro
         rngs = gather_objects(ckpt.rng_state(), dist)  # collective: every rank takes part
         if not dist.is_main:
             return None
-        info = _checkpoint_info(cfg, progress.step, core.max_steps, run_dir, init_from)
+        info = _checkpoint_info(cfg, core, progress.step, run_dir, init_from)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
         state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
@@ -241,7 +243,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                # model.new_mlm_head=true: the head parameters initialised fresh at the start (empty: none).
                "new_mlm_head": list(new_head or [])}
     if dist.is_main:
-        info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, init_from)
+        info = _checkpoint_info(cfg, core, core.max_steps, run_dir, init_from)
         ckpt.save_model(run_dir / "checkpoints" / "final", core.objective.model, tokenizer, info)
         run.write_json("summary.json", summary)
         try:

@@ -4,6 +4,7 @@ checkpoint's femlm.json names its precision, as summary.json does."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -24,9 +25,11 @@ def params(core) -> list[torch.Tensor]:
     return [p.detach().clone() for p in core.objective.parameters()]
 
 
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_half_precisions_train_like_fp32(precision: str) -> None:
-    reference, core = tiny_core(), tiny_core(precision=precision)
+def test_half_precisions_train_like_fp32(precision: str, sparse: bool) -> None:
+    reference = tiny_core(sparse_prediction=sparse)
+    core = tiny_core(precision=precision, sparse_prediction=sparse)
     assert core.scaler.is_enabled() == (precision == "fp16")
     start = params(core)
     losses = [(reference.step(s).loss, core.step(s).loss) for s in range(1, 7)]
@@ -59,6 +62,20 @@ def test_fp16_overflow_skips_the_step_and_backs_off_the_scale() -> None:
     assert math.isfinite(core.step(3).grad_norm)
     assert not all(torch.equal(a, b) for a, b in zip(before, params(core), strict=True))  # training goes on
     assert core.scaler.get_scale() == scale * 0.5
+
+
+def test_compiled_fp16_step_equals_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autocast and the scaler around the compiled step (aot_eager, as in tests/test_train_compile.py)."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    torch._dynamo.reset()
+    eager, compiled = tiny_core(precision="fp16"), tiny_core(precision="fp16", compile=True)
+    for step in range(1, 4):
+        if step == 2:  # the hook fires through the compiled backward too
+            overflow_next_backward(eager)
+            overflow_next_backward(compiled)
+        assert compiled.step(step).loss == pytest.approx(eager.step(step).loss, rel=1e-6)
+    assert compiled.scaler.get_scale() == eager.scaler.get_scale() == 32768.0
+    torch._dynamo.reset()
 
 
 def test_fp32_nonfinite_gradient_still_stops() -> None:

@@ -22,6 +22,8 @@ from helpers.tiny import synthetic_blocks, tiny_core
 
 torch.set_num_threads(1)
 BERNOULLI = MaskingConfig(name="mlm_bernoulli", count="bernoulli")  # label counts vary from batch to batch
+SPAN = MaskingConfig(name="mlm_span", granularity="span")  # SpanBERT spans of words: counts vary too
+WORD_STARTS = torch.rand(99, generator=torch.Generator().manual_seed(0)) < 0.6  # a vocabulary with "##" pieces
 FE = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)  # exact: the same count every batch
 
 
@@ -73,12 +75,13 @@ def test_train_and_eval_steps_have_no_graph_break(model_type: str, sparse: bool)
         assert explained.graph_count == 1
 
 
-@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
-def test_twenty_compiled_steps_recompile_a_few_times_and_match_eager(sparse: bool,
+@pytest.mark.parametrize(("masking", "sparse"), [(BERNOULLI, True), (BERNOULLI, False), (SPAN, True)],
+                         ids=["bernoulli-sparse", "bernoulli-dense", "span-sparse"])
+def test_twenty_compiled_steps_recompile_a_few_times_and_match_eager(masking: MaskingConfig, sparse: bool,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    eager = tiny_core(masking=BERNOULLI, sparse_prediction=sparse)
-    compiled = tiny_core(masking=BERNOULLI, sparse_prediction=sparse, compile=True)
+    eager = tiny_core(masking=masking, word_starts=WORD_STARTS, sparse_prediction=sparse)
+    compiled = tiny_core(masking=masking, word_starts=WORD_STARTS, sparse_prediction=sparse, compile=True)
     shapes, padding = set(), compiled.find_positions
     compiled.find_positions = lambda labels: shapes.add(tuple((at := padding(labels)).rows.shape) + (at.width,)) or at
     counts = set()

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from femlm.errors import UserError, require_choice, require_device, require_positive
+from femlm.errors import require_choice, require_device, require_positive
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -17,9 +17,11 @@ class RuntimeConfig:
     device: str = "auto"  # auto: this process's GPU when there is one, else the CPU
     threads: Optional[int] = None  # torch intra-op threads (None: torch's default)
     # auto: bf16 autocast on GPUs that have it (else fp16); on a CPU whichever of bf16 and fp32 a short
-    # measurement finds faster (femlm.runtime.precision). Weights, optimizer state and losses stay fp32.
+    # measurement finds faster (femlm.runtime.precision). fp16 (GPU or CPU) trains with a loss scaler. Weights,
+    # optimizer state and losses stay fp32.
     precision: str = "auto"
-    compile: bool = False  # torch.compile the training module
+    # torch.compile the training and evaluation steps (static shapes: femlm/train/positions.py pads the labels)
+    compile: bool = False
     # Rows per forward pass. Pre-training: gradient accumulation makes up trainer.batch_size (None: the whole
     # per-process batch at once). Analysis: rows per per-example-gradient pass (None: 16).
     micro_batch_size: Optional[int] = None
@@ -45,8 +47,6 @@ class RuntimeConfig:
         require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", "data_workers",
                          allow_none=True)
         require_positive("runtime", self, "log_every", "eval_every", "save_every", "keep_last")
-        if self.precision == "fp16" and self.device == "cpu":
-            raise UserError("runtime.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
 
     def workers(self) -> int:
         """Corpus-preparation worker processes: `data_workers`, or every CPU core."""

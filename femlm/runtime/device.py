@@ -23,15 +23,14 @@ def pick_device(preference: str, local_rank: int = 0) -> torch.device:
 
 def pick_precision(precision: str, device: torch.device) -> torch.dtype | None:
     """Autocast dtype (None: fp32). `auto`: bf16 on GPUs that have it, else fp16; on a CPU the faster of bf16
-    and fp32 as measured on this machine (femlm.runtime.precision)."""
+    and fp32 as measured on this machine (femlm.runtime.precision). fp16 works on any device; pre-training scales
+    its loss (torch.amp.GradScaler)."""
     if precision == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         from femlm.runtime.precision import faster_cpu_dtype
 
         return faster_cpu_dtype()
-    if precision == "fp16" and device.type != "cuda":
-        raise UserError("runtime.precision=fp16 needs a CUDA device; use bf16 or fp32 on CPU")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 

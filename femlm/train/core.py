@@ -33,6 +33,7 @@ from femlm.train.distributed import DistInfo, all_reduce_sum
 from femlm.train.evaluation import EvalSet
 from femlm.train.flops import flop_counts
 from femlm.train.objective import MaskedLMObjective
+from femlm.train.positions import GrowingPadding, LabelPositions
 
 _SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
 
@@ -136,10 +137,15 @@ class PretrainCore:
         if self.dist.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
+        # The step and the evaluation compile with static shapes; padded label positions keep them few.
+        self.evaluator: nn.Module = self.objective
+        self.find_positions = GrowingPadding() if runtime.compile else LabelPositions.from_labels
         if runtime.compile:
-            self.module = torch.compile(self.module)
+            self.module = torch.compile(self.module, dynamic=False)
+            self.evaluator = torch.compile(self.objective, dynamic=False)
         self.amp_dtype = pick_precision(runtime.precision, self.device)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        # fp16: loss scaling with skipped steps and scale backoff on overflow (torch's GradScaler, CPU or CUDA).
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self.optimizer = make_optimizer(self.objective.model, tcfg, self.device)
         warmup = math.ceil(tcfg.warmup_ratio * self.max_steps)
         self.scheduler = get_scheduler(_SCHEDULES[tcfg.schedule], self.optimizer, num_warmup_steps=warmup,
@@ -170,8 +176,9 @@ class PretrainCore:
         attention = rows["attention_mask"][start:stop]
         # Full blocks have no padding: no mask lets SDPA take its fastest (mask-free) kernel.
         attention = None if bool(attention.all()) else attention.to(self.device, non_blocking=True)
-        return (rows["input_ids"][start:stop].to(self.device, non_blocking=True), attention,
-                rows["labels"][start:stop].to(self.device, non_blocking=True))
+        # The labelled positions are found here, eagerly, so the (compiled) objective has no data-dependent shape.
+        at = self.find_positions(rows["labels"][start:stop])
+        return rows["input_ids"][start:stop].to(self.device, non_blocking=True), attention, at.to(self.device)
 
     # ------------------------------------------------------------------------------------------ training
     def backward(self, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +240,7 @@ class PretrainCore:
                     "attention_mask": torch.ones_like(shard.input_ids)}
             for start in range(0, len(shard), batch_rows):
                 with self.autocast():
-                    loss_sum, count, correct = self.objective(*self._to_device(rows, start, start + batch_rows),
+                    loss_sum, count, correct = self.evaluator(*self._to_device(rows, start, start + batch_rows),
                                                               with_accuracy=True)
                 sums += torch.stack([loss_sum.double(), count.double(), correct.double()])
         finally:

@@ -196,13 +196,15 @@ def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -
     return {"step": step, "eval_loss": loss, "eval_accuracy": accuracy}
 
 
-def _checkpoint_info(cfg: Any, step: int, max_steps: int, run_dir: Path, origin: dict[str, Any]) -> dict[str, Any]:
+def _checkpoint_info(cfg: Any, core: PretrainCore, step: int, run_dir: Path,
+                     origin: dict[str, Any]) -> dict[str, Any]:
     """femlm.json; `origin`: init_from, the attention implementation and the prediction path of the run."""
     m = cfg.masking
     return {"kind": "pretrain", "command": cfg.command, "masking": m.name, "strategy": m.strategy,
             "granularity": m.granularity, "num_masks": m.num_copies, "domain": cfg.domain.name,
-            "model": cfg.model.name, "step": step, "max_steps": max_steps,
-            "equal_compute": cfg.trainer.equal_compute, "run_dir": str(run_dir), **origin}
+            "model": cfg.model.name, "step": step, "max_steps": core.max_steps,
+            "equal_compute": cfg.trainer.equal_compute, "precision": precision_name(core.amp_dtype),
+            "run_dir": str(run_dir), **origin}
 
 
 def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any], dist: DistInfo):
@@ -213,7 +215,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
         rngs = gather_objects(ckpt.rng_state(), dist)  # collective: every rank takes part
         if not dist.is_main:
             return None
-        info = _checkpoint_info(cfg, progress.step, core.max_steps, run_dir, origin)
+        info = _checkpoint_info(cfg, core, progress.step, run_dir, origin)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
         state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
@@ -249,7 +251,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                # the resolved model: class, attention implementation, prediction path, tokenizer, position limit
                "encoder": encoder}
     if dist.is_main:
-        info = _checkpoint_info(cfg, core.max_steps, core.max_steps, run_dir, origin)
+        info = _checkpoint_info(cfg, core, core.max_steps, run_dir, origin)
         ckpt.save_model(run_dir / "checkpoints" / "final", core.objective.model, tokenizer, info)
         run.write_json("summary.json", summary)
         try:

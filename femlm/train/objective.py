@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from femlm.masking.maskers import IGNORE_INDEX
 from femlm.models.heads import trace_mlm_head
+from femlm.train.positions import LabelPositions
 from femlm.train.sparse_layer import sparse_last_layer, sparse_layer_forward, without_last_layer
-
-IGNORE_INDEX = -100
 
 
 class MaskedLMObjective(nn.Module):
@@ -45,25 +45,25 @@ class MaskedLMObjective(nn.Module):
                            "sparse head" if self.sparse else f"dense ({why})")
 
     def logits_at_labels(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                         labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Vocabulary logits [T, V] at the T labelled positions, and their targets [T]."""
-        keep = labels.reshape(-1) != IGNORE_INDEX
-        targets = labels.reshape(-1)[keep]
+                         at: LabelPositions) -> torch.Tensor:
+        """Vocabulary logits [T, V] at the T positions `at` (its targets are `at.targets`)."""
         if self.sparse and self.last_layer is not None:
             with without_last_layer(self.model):
                 hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-            rows = sparse_layer_forward(self.last_layer, hidden, attention_mask, labels != IGNORE_INDEX)
-            return self.head(rows), targets
+            return self.head(sparse_layer_forward(self.last_layer, hidden, attention_mask, at))
         if self.sparse:
             hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-            rows = hidden.reshape(-1, hidden.shape[-1])[keep]
-            return self.head(rows), targets
+            return self.head(hidden.reshape(-1, hidden.shape[-1])[at.flat(hidden.shape[1])])
         logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits.reshape(-1, logits.shape[-1])[keep], targets
+        return logits.reshape(-1, logits.shape[-1])[at.flat(logits.shape[1])]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                labels: torch.Tensor | LabelPositions,
                 with_accuracy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        logits, targets = self.logits_at_labels(input_ids, attention_mask, labels)
-        loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-        correct = (logits.argmax(-1) == targets).sum() if with_accuracy else None
-        return loss_sum, targets.new_tensor(targets.numel()), correct
+        """`labels`: [B, L] with -100 where unlabelled, or their LabelPositions (found outside torch.compile)."""
+        at = labels if isinstance(labels, LabelPositions) else LabelPositions.from_labels(labels)
+        logits = self.logits_at_labels(input_ids, attention_mask, at)
+        loss_sum = F.cross_entropy(logits.float(), at.targets, reduction="sum", ignore_index=IGNORE_INDEX)
+        real = at.targets != IGNORE_INDEX  # bucketed positions carry padding entries
+        correct = ((logits.argmax(-1) == at.targets) & real).sum() if with_accuracy else None
+        return loss_sum, real.sum(), correct

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from femlm.train.positions import LabelPositions
+
 # Post-LayerNorm encoders whose layers are BertLayer copies (pre-LN variants such as roberta-prelayernorm
 # normalise inside `attention.forward`, which is bypassed here, so they are left out).
 _BERT_STYLE = {"bert", "roberta", "xlm-roberta", "camembert"}
@@ -59,22 +61,21 @@ def without_last_layer(model: nn.Module) -> Iterator[None]:
 
 
 def sparse_layer_forward(layer: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
-                         keep: torch.Tensor) -> torch.Tensor:
-    """`layer(hidden)` at the positions `keep` [B, L] (bool), as rows [T, H] in row-major order of `keep`.
+                         at: LabelPositions) -> torch.Tensor:
+    """`layer(hidden)` at the positions `at`, as rows [T, H] in their order.
 
-    Queries of each sequence's kept positions are packed into [B, M, H] (M = most kept in one sequence), so
-    one SDPA call attends them to all of their sequence's keys; padding keys are masked as HF masks them.
+    Queries of each sequence's kept positions are packed into [B, at.width, H], so one SDPA call attends them
+    to all of their sequence's keys; padding keys are masked as HF masks them. The positions come found
+    (femlm/train/positions.py): no shape here depends on the labels' values, so torch.compile sees one graph.
     """
     attn = layer.attention.self
     batch, length, _ = hidden.shape
     heads, head_dim = attn.num_attention_heads, attn.attention_head_size
-    rows, cols = keep.nonzero(as_tuple=True)
-    slots = (keep.long().cumsum(1) - 1)[rows, cols]  # index of each kept position among its sequence's
-    width = int(keep.sum(1).max()) if rows.numel() else 0
-    selected = hidden[rows, cols]  # [T, H]
+    rows, slots = at.rows, at.slots
+    selected = hidden[rows, at.cols]  # [T, H]
 
     queries = attn.query(selected)
-    packed = queries.new_zeros(batch, max(width, 1), heads * head_dim).index_put((rows, slots), queries)
+    packed = queries.new_zeros(batch, at.width, heads * head_dim).index_put((rows, slots), queries)
     q = packed.view(batch, -1, heads, head_dim).transpose(1, 2)
     k = attn.key(hidden).view(batch, length, heads, head_dim).transpose(1, 2)
     v = attn.value(hidden).view(batch, length, heads, head_dim).transpose(1, 2)

@@ -1,0 +1,117 @@
+"""runtime.compile=true: the training and evaluation steps compile whole (no graph break), a bounded number of
+times over batches whose label counts vary, and train as eager does.
+
+Graph breaks are counted by `torch._dynamo.explain` (cheap: dynamo traces, nothing is code-generated). The
+20-step test compiles through the `aot_eager` backend: dynamo's guards, and so its recompilations, are the
+backend's inputs, not its output, and aot_eager also traces the backward, without inductor's C++ builds (about a
+minute per graph on this 2-core machine). The inductor test (slow) checks the numbers of the real backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from femlm.masking import MaskingConfig
+from femlm.train.evaluation import EvalSet
+from femlm.train.positions import GrowingPadding, LabelPositions, bucket
+from helpers.tiny import synthetic_blocks, tiny_core
+
+torch.set_num_threads(1)
+BERNOULLI = MaskingConfig(name="mlm_bernoulli", count="bernoulli")  # label counts vary from batch to batch
+SPAN = MaskingConfig(name="mlm_span", granularity="span")  # SpanBERT spans of words: counts vary too
+WORD_STARTS = torch.rand(99, generator=torch.Generator().manual_seed(0)) < 0.6  # a vocabulary with "##" pieces
+FE = MaskingConfig(name="fe_subword", strategy="fully_explored", num_masks=4)  # exact: the same count every batch
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def eval_set(core, rows: int = 20) -> EvalSet:
+    out = core.masker(synthetic_blocks(rows, 32, 99, seed=7).long(), None, torch.Generator().manual_seed(3))
+    return EvalSet(out["input_ids"], out["labels"])
+
+
+def test_padding_keeps_the_loss_and_shapes_only_grow() -> None:
+    assert [bucket(n) for n in (1, 8, 9, 17, 614, 641)] == [1, 8, 10, 20, 640, 768]
+    core = tiny_core(masking=BERNOULLI)
+    rows = core.batch(1)
+    rows["attention_mask"][0, 20:] = 0  # a padded row: the spare query slot must not disturb real ones
+    rows["labels"][0, 20:] = -100
+    ids, attention = rows["input_ids"], rows["attention_mask"]
+    exact = LabelPositions.from_labels(rows["labels"])
+    padded = exact.padded(bucket(exact.rows.numel()) + 3, bucket(exact.width + 1))
+    assert padded.rows.numel() > exact.rows.numel() and padded.width > exact.width
+    core.objective.eval()
+    (a, n, right), (b, m, right_padded) = (core.objective(ids, attention, at, with_accuracy=True)
+                                           for at in (exact, padded))
+    assert n == m == (rows["labels"] != -100).sum() and right == right_padded
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+    grow = GrowingPadding()
+    sizes = [grow(core.batch(step)["labels"]).rows.numel() for step in range(1, 21)]
+    assert sizes == sorted(sizes) and len(set(sizes)) <= 3
+
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_train_and_eval_steps_have_no_graph_break(model_type: str, sparse: bool) -> None:
+    core = tiny_core(model_type, masking=BERNOULLI, sparse_prediction=sparse)
+    assert (core.objective.last_layer is not None) == sparse  # the sparse last layer, or the dense fallback
+    rows = core.batch(1)
+    rows["attention_mask"][0, 24:] = 0
+    rows["labels"][0, 24:] = -100
+    for with_accuracy in (False, True):  # the training step's forward, the evaluation step's
+        explained = torch._dynamo.explain(core.objective)(*core._to_device(rows, 0, 8), with_accuracy=with_accuracy)
+        assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+        assert explained.graph_count == 1
+
+
+@pytest.mark.parametrize(("masking", "sparse"), [(BERNOULLI, True), (BERNOULLI, False), (SPAN, True)],
+                         ids=["bernoulli-sparse", "bernoulli-dense", "span-sparse"])
+def test_twenty_compiled_steps_recompile_a_few_times_and_match_eager(masking: MaskingConfig, sparse: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    eager = tiny_core(masking=masking, word_starts=WORD_STARTS, sparse_prediction=sparse)
+    compiled = tiny_core(masking=masking, word_starts=WORD_STARTS, sparse_prediction=sparse, compile=True)
+    shapes, padding = set(), compiled.find_positions
+    compiled.find_positions = lambda labels: shapes.add(tuple((at := padding(labels)).rows.shape) + (at.width,)) or at
+    counts = set()
+    for step in range(1, 21):
+        a, b = eager.step(step), compiled.step(step)
+        counts.add(a.masked_tokens)
+        assert a.masked_tokens == b.masked_tokens
+        assert b.loss == pytest.approx(a.loss, rel=1e-6), step
+    train_graphs = counters["stats"]["unique_graphs"]
+    evals = eager.evaluate(eval_set(eager)), compiled.evaluate(eval_set(compiled))
+    assert evals[1] == pytest.approx(evals[0], rel=1e-6)
+    assert not counters["graph_break"]
+    assert len(counts) >= 8  # the batches really vary ...
+    # ... yet the step compiled at most once per padded shape (the dense path ignores the width), a few times
+    assert 1 <= train_graphs <= len(shapes) <= 3
+    # the evaluation: one graph for full batches of 8 rows, one for the last 4 of 20
+    assert counters["stats"]["unique_graphs"] - train_graphs == 2
+    for p, q in zip(eager.objective.parameters(), compiled.objective.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow  # inductor builds C++ kernels: ~2-4 min on 2 loaded cores
+def test_inductor_compiled_step_equals_eager() -> None:
+    eager, compiled = tiny_core(masking=FE), tiny_core(masking=FE, compile=True)
+    for step in range(1, 4):
+        a, b = eager.step(step), compiled.step(step)
+        assert b.loss == pytest.approx(a.loss, rel=1e-5)  # inductor fuses and reorders float sums
+        assert b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4)
+    assert counters["stats"]["unique_graphs"] == 1  # exact masking: one shape, one compilation
+    data = eval_set(eager, rows=16)  # two full evaluation batches: one more graph
+    loss, accuracy = eager.evaluate(data)
+    assert compiled.evaluate(data) == (pytest.approx(loss, rel=1e-5), accuracy)
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]

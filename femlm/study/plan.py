@@ -187,20 +187,20 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
     reference = p["reference"]
     an_over = [*common, f"masking={d.get('masking', 'fe_subword')}", *d.get("overrides", [])]
 
-    def decomposition(where: str, ckpt: Path, variant: dict[str, Any]) -> list[Step]:
+    def decomposition(where: str, ckpt: Path, variant: dict[str, Any]) -> Step:
         name = variant.get("name", "")
         key = f"{where}_{name}" if name else where
         over = [*an_over, *variant.get("overrides", [])]
-        return [Step(f"decomposition{' ' + name if name else ''} on the {where} checkpoint", "decomposition",
-                     runs / f"decomposition_{key}", ["analyze", "decomposition", *over, f"model.name_or_path={ckpt}"],
-                     output="decomposition.json", estimate_s=est.analysis(over, variant.get("unit", "gradient_row")),
-                     needs=[ckpt], meta={"checkpoint": where, "key": key, "variant": name,
-                                         "label": variant.get("label", "")})]
+        return Step(f"decomposition{' ' + name if name else ''} on the {where} checkpoint", "decomposition",
+                    runs / f"decomposition_{key}", ["analyze", "decomposition", *over, f"model.name_or_path={ckpt}"],
+                    output="decomposition.json", estimate_s=est.analysis(over, variant.get("unit", "gradient_row")),
+                    needs=[ckpt], meta={"checkpoint": where, "key": key, "variant": name,
+                                        "label": variant.get("label", "")})
 
-    variants = list(d.get("variants") or [{}])
+    variants = list(d.get("variants") or [{}])  # one analyze run per variant (study_base: ratios, 512 tokens)
     on = list(d.get("checkpoints", ["warmup"]))
     if "warmup" in on:
-        steps += [s for v in variants for s in decomposition("warmup", final(warm_dir), v)]
+        steps += [decomposition("warmup", final(warm_dir), v) for v in variants]
 
     pre_over = list(p.get("overrides", []))
     for seed in p["seeds"]:
@@ -238,8 +238,8 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                                   estimate_s=est.finetune(over, task, len(ft_seeds)), needs=[ckpt],
                                   meta={"row": row, "task": task, "mode": f["mode"], "pretrain_seed": f["pretrain_seed"]}))
     if "mlm_final" in on and p["seeds"]:
-        for step in (s for v in variants
-                     for s in decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0]))), v)):
+        for v in variants:
+            step = decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0]))), v)
             step.optional = "mlm_final" in d.get("optional", [])
             steps.append(step)
     steps.append(Step("results", "results", runs, kind="inprocess", estimate_s=est.get("results")))

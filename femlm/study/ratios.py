@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, term_interval
+from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, fmt_sig, term_interval
 
 
 def masking_ratio(j: dict[str, Any]) -> tuple[int, int]:
@@ -57,14 +57,8 @@ def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def _g(x: Any) -> str:
-    return "n/a" if finite_or_none(x) is None else f"{x:.3g}"
-
-
 def _ci(row: dict[str, Any], key: str) -> str:
-    """Estimate [low, high] to 3 significant digits (the terms are squared gradient norms: any scale)."""
-    lo, hi = (row.get(f"{key}_ci") or [None, None])[:2]
-    return _g(row[key]) + ("" if finite_or_none(lo) is None or finite_or_none(hi) is None else f" [{_g(lo)}, {_g(hi)}]")
+    return fmt_sig(as_interval(row[key], row.get(f"{key}_ci")))
 
 
 def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
@@ -115,37 +109,31 @@ def plot_pairs(src: Path, dec_json: dict[str, Any], path: Path, title: str) -> P
     return plot_covariance_distribution(pairs, bins, path, title)
 
 
-def null_line(d: dict[str, Any]) -> str:
-    null = ((d.get("json") or {}).get("null_model") or {}).get("summary") or {}
-    if not null:
-        return "n/a"
-    return (f"covariance fall {fmt_ci(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')), 4)}"
-            f" (additive null model {fmt_ci(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')), 4)}"
-            f", explains {fmt_ci(as_interval(null.get('fraction_explained'), null.get('fraction_explained_ci')), 2)})")
-
-
-def side_by_side(base: dict[str, Any], other_json: Path) -> list[str]:
-    """The MiniLM study (results/study/study.json) and this one: shape and the headline terms, side by side."""
+def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -> list[str]:
+    """The MiniLM study (results/study/study.json, its warm-up decomposition) beside this one (the runs named by
+    ``keys``: ``terms`` for the decomposition, ``null_model`` for the null model): shapes and headline terms."""
     other = json.loads(other_json.read_text()) if other_json.is_file() else {}
 
-    def column(study: dict[str, Any]) -> dict[str, str]:
+    def column(study: dict[str, Any], terms_key: str, null_key: str) -> dict[str, str]:
         e = study.get("encoder") or {}
-        terms = (study.get("decomposition_terms") or {}).get("warmup") or {}
-        null = (study.get("null_model") or {}).get("warmup") or {}
-        first = next(iter((study.get("decomposition_terms") or {}).values()), None) or terms
-        t = terms or first
+        t = (study.get("decomposition_terms") or {}).get(terms_key) or {}
+        null = (study.get("null_model") or {}).get(null_key) or {}
         return {
             "model": f"{e.get('model_type', '?')}, {e.get('layers', '?')} layers, hidden {e.get('hidden', '?')}, "
                      f"{(e.get('parameters') or 0) / 1e6:.1f}M parameters",
-            "sigma_d2": fmt_ci(term_interval(t["sigma_d2"]), 4) if t else "n/a",
-            "c_fe": fmt_ci(term_interval(t["c_fe"]), 4) if t else "n/a",
+            "sigma_d2": fmt_sig(term_interval(t["sigma_d2"])) if t else "n/a",
+            "c_fe": fmt_sig(term_interval(t["c_fe"])) if t else "n/a",
             "null": fmt_ci(as_interval(null.get("fraction_explained"), null.get("fraction_explained_ci")), 2)
             if null else "n/a",
         }
 
-    a, b = column(other), column(base)
-    return ["| | all-MiniLM-L6-v2 study (`make study`) | all-mpnet-base-v2 study (`make study-base`) |", "|---|---|---|",
+    a = column(other, "warmup", "warmup")
+    b = column(base, keys.get("terms", ""), keys.get("null_model", ""))
+    return ["| at the warmed-up encoder | all-MiniLM-L6-v2 (`make study`) | all-mpnet-base-v2 (`make study-base`) |",
+            "|---|---|---|",
             f"| encoder | {a['model']} | {b['model']} |",
-            f"| sigma_d2 at the warmed-up encoder (first decomposition) | {a['sigma_d2']} | {b['sigma_d2']} |",
-            f"| c_FE at the warmed-up encoder (first decomposition) | {a['c_fe']} | {b['c_fe']} |",
-            f"| share of the covariance's fall the additive null model explains | {a['null']} | {b['null']} |", ""]
+            f"| decomposition run | 128-token blocks, tau 15 | {keys.get('terms')} |",
+            f"| sigma_d2 (data term) | {a['sigma_d2']} | {b['sigma_d2']} |",
+            f"| c_FE (two disjoint masks) | {a['c_fe']} | {b['c_fe']} |",
+            f"| covariance fall explained by the additive null model | {a['null']} (128 tokens, tau 15) | {b['null']} "
+            f"({keys.get('null_model')}) |", ""]

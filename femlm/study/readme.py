@@ -156,10 +156,12 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
         pays, not_pays = ratio_conclusions(dec_rows or [])
         supports, not_supported = supports + pays, not_supported + not_pays
     total = sum(part_walls(timings).values())
-    runs = len(data["pretrain"]) + (data.get("warmup") is not None) + (data.get("head_warmup") is not None)
+    runs = (f"{len(data['pretrain'])} pre-training runs" if plan.get("pretrain") else
+            f"{(data.get('warmup') is not None) + (data.get('head_warmup') is not None)} warm-up runs and "
+            f"{len(data['decomposition'])} decomposition runs")
     where = plan.get("out_dir", "results/study")
     lines = [begin, "",
-             f"_Generated from `{where}/` ({time.strftime('%Y-%m-%d')}; {runs} pre-training runs, wall "
+             f"_Generated from `{where}/` ({time.strftime('%Y-%m-%d')}; {runs}, wall "
              f"{minutes(total)} on this machine). Details, intervals and caveats: "
              f"[{where}/README.md]({where}/README.md)._", ""]
     if not plan.get("pretrain") and out is not None:
@@ -167,7 +169,7 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
                 "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
                 "null_model": {k: ((v.get("json") or {}).get("null_model") or {}).get("summary")
                                for k, v in data["decomposition"].items()}}
-        lines += side_by_side(base, out.parent / "study" / "study.json")
+        lines += side_by_side(base, out.parent / "study" / "study.json", (plan.get("report") or {}).get("side_by_side", {}))
     lines += ["Supported by the evidence:"] + ([f"- {s}" for s in supports] or ["- nothing beyond noise."])
     lines += ["", "Not supported at this scale:"] + ([f"- {s}" for s in not_supported] or ["- (none)"])
     if data["missing"]:

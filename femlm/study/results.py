@@ -59,7 +59,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                 shutil.copy2(src / name, out / f"{stem}_{where}.{ext}")
         if d.get("json"):
             plot_pairs(src, d["json"], out / f"covariance_distribution_{where}.png",
-                       f"Cov(g(m1), g(m2)) per Hamming bin (Figure 2): {d.get('label') or where}")
+                       f"Figure 2: {where}")
     dec_rows = ratio_rows(data["decomposition"])
     if dec_rows:
         write_ratio_csv(out / "decomposition_terms.csv", dec_rows)

@@ -15,6 +15,7 @@ from femlm.study.text import (
     finite_or_none,
     fmt,
     fmt_ci,
+    fmt_sig,
     label,
     package_version,
     term_interval,
@@ -131,10 +132,10 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
                   f"{', '.join(j['parameters']['patterns'])} ({fmt(j['parameters']['numel'])} values); "
                   f"95% bootstrap intervals over the pool's sequences.", "",
                   "| term | estimate [95% CI] |", "|---|---|",
-                  f"| data term sigma_d2 | {fmt_ci(term_interval(terms['sigma_d2']), 4)} |",
-                  f"| mask term sigma_m2 | {fmt_ci(term_interval(terms['sigma_m2']), 4)} |",
-                  f"| c_FE (two disjoint masks of one sequence) | {fmt_ci(term_interval(terms['c_fe']), 4)} |",
-                  f"| c_iid (control, 0 expected) | {fmt_ci(term_interval(terms['c_iid']), 4)} |", "",
+                  f"| data term sigma_d2 | {fmt_sig(term_interval(terms['sigma_d2']))} |",
+                  f"| mask term sigma_m2 | {fmt_sig(term_interval(terms['sigma_m2']))} |",
+                  f"| c_FE (two disjoint masks of one sequence) | {fmt_sig(term_interval(terms['c_fe']))} |",
+                  f"| c_iid (control, 0 expected) | {fmt_sig(term_interval(terms['c_iid']))} |", "",
                   "Per K, at the run's batch size (predicted ratios are per unit compute; measured ones from directly "
                   "resampled batches):", "", *verdict_table(j["verdicts"])]
         k = headline_k(j["verdicts"])
@@ -144,7 +145,7 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
         lines += ["", f"Reading: of one MLM row's gradient variance, the data term is {share:.0%} and the mask term "
                   f"{1 - share:.0%}. FE lowers the variance at equal compute only if c_FE < -sigma_d2 (the module "
                   f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = "
-                  f"{fmt_ci(as_interval(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci']), 4)}. "
+                  f"{fmt_sig(as_interval(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci']))}. "
                   + _ratio_sentence(fe["per_compute_vs_mlm"], ci, k), ""]
         null = j.get("null_model", {}).get("summary", {})
         if null:
@@ -152,10 +153,10 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
             frac_ci = null.get("fraction_explained_ci") or [None, None]
             lines += ["Assumption 1 against the additive null model (Cov(H) of a model whose gradient is a sum of "
                       f"per-token terms): measured decrease of the covariance over Hamming distance "
-                      f"{fmt_ci(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')), 4)}, the "
-                      f"additive model's {fmt_ci(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')), 4)}, "
+                      f"{fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}, the "
+                      f"additive model's {fmt_sig(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')))}, "
                       f"fraction explained {fmt_ci(as_interval(frac, frac_ci), 2)}; residual (interaction) decrease "
-                      f"{fmt_ci(as_interval(null.get('residual_decrease'), null.get('residual_decrease_ci')), 4)}. "
+                      f"{fmt_sig(as_interval(null.get('residual_decrease'), null.get('residual_decrease_ci')))}. "
                       + _null_sentence(null), ""]
         lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", "",
                   f"![Figure 2](covariance_distribution_{where}.png)", ""]

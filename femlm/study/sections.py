@@ -25,8 +25,8 @@ from femlm.study.text import (
 
 def where_label(where: str, d: dict[str, Any]) -> str:
     """How the README names a decomposition run: its plan label, or the checkpoint it ran on."""
-    return d.get("label") or ("the warmed-up encoder" if d.get("checkpoint", where) == "warmup"
-                              else "the final MLM checkpoint")
+    at = "the warmed-up encoder" if d.get("checkpoint", where) == "warmup" else "the final MLM checkpoint"
+    return f"{at}, {d['label']}" if d.get("label") else at
 
 
 def headline_k(verdicts: dict[str, Any]) -> str:
@@ -259,6 +259,22 @@ def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
     return lines
 
 
+def _part1(supports: list[str], not_supported: list[str], at: str, k: str, ratio: float, lo: float | None,
+           hi: float | None) -> None:
+    """The one-line verdict on FE's training-gradient variance per unit compute at K, by its interval."""
+    if lo is not None and hi is not None and hi < 1:
+        supports.append(f"Part 1: at {at}, FE (K={k}) has lower training-gradient variance than MLM per unit "
+                        f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
+    elif lo is not None and hi is not None and lo > 1:
+        not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
+                             f"equal compute; it raises it (K={k} ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
+                             "variance of K times fewer sequences outweighs the covariance FE removes. The "
+                             "paper's variance argument covers the mask term only.")
+    else:
+        not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
+                             f"between FE (K={k}) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
+
+
 def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
                 down: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """(what the evidence supports, what it does not, what the i.i.d. control shows), each bullet chosen by an
@@ -273,31 +289,22 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
         v = j["verdicts"][k]
         lo, hi = finite_or_none(v["fe"]["ci"][0]), finite_or_none(v["fe"]["ci"][1])
         ratio = v["fe"]["per_compute_vs_mlm"]
-        per_k = bool(plan.get("decomposition", {}).get("variants"))  # femlm.study.ratios.ratio_conclusions instead
-        if per_k:
-            pass
-        elif lo is not None and hi is not None and hi < 1:
-            supports.append(f"Part 1: at {at}, FE (K={k}) has lower training-gradient variance than MLM per unit "
-                            f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
-        elif lo is not None and hi is not None and lo > 1:
-            not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
-                                 f"equal compute; it raises it (K={k} ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
-                                 "variance of K times fewer sequences outweighs the covariance FE removes. The "
-                                 "paper's variance argument covers the mask term only.")
-        else:
-            not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
-                                 f"between FE (K={k}) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
+        if not plan.get("decomposition", {}).get("variants"):  # else: per run and K, femlm.study.ratios
+            _part1(supports, not_supported, at, k, ratio, lo, hi)
         null = j.get("null_model", {}).get("summary", {})
         ci = null.get("residual_decrease_ci") or [None, None]
+        numbers = (f"measured fall {fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}"
+                   f", the additive model explains "
+                   f"{fmt_ci(as_interval(null.get('fraction_explained'), null.get('fraction_explained_ci')), 2)}")
         if finite_or_none(ci[0]) is not None and finite_or_none(ci[0]) > 0:
             supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
-                            "additive per-token gradients give (residual decrease above 0): evidence of context "
-                            "interactions (Assumption 1).")
+                            f"additive per-token gradients give (residual decrease above 0; {numbers}): evidence "
+                            "of context interactions (Assumption 1).")
         elif finite_or_none(ci[1]) is not None:
             not_supported.append(f"Part 2: at {at}, the fall of covariance with Hamming distance is not shown to "
                                  "exceed the additive null model's (the residual decrease interval reaches 0 or "
-                                 "below), so Assumption 1 is not tested beyond what sampling tokens without "
-                                 "replacement gives.")
+                                 f"below; {numbers}), so Assumption 1 is not tested beyond what sampling tokens "
+                                 "without replacement gives.")
     for mode, res in pre.items():
         if "comparisons" not in res:
             continue

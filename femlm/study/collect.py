@@ -30,7 +30,10 @@ def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, An
         if not step.done():
             data["optional_missing" if step.optional else "missing"].append(step.name)
             continue
-        if step.part == "warmup":
+        if step.part == "head_warmup":
+            data["head_warmup"] = {"summary": read_json(step.run_dir / "summary.json"),
+                                   "curve": eval_curve(step.run_dir), "dir": str(step.run_dir)}
+        elif step.part == "warmup":
             data["warmup"] = {"summary": read_json(step.run_dir / "summary.json"), "curve": eval_curve(step.run_dir),
                               "dir": str(step.run_dir)}
         elif step.part == "pretrain":
@@ -40,8 +43,8 @@ def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, An
             data["finetune"].append({**step.meta, "results": read_json(step.run_dir / "results.json"),
                                      "dir": str(step.run_dir)})
         elif step.part == "decomposition":
-            data["decomposition"][step.meta["checkpoint"]] = {
-                "json": read_json(step.run_dir / "decomposition.json"), "dir": str(step.run_dir)}
+            data["decomposition"][step.meta.get("key", step.meta["checkpoint"])] = {
+                "json": read_json(step.run_dir / "decomposition.json"), "dir": str(step.run_dir), **step.meta}
     data["encoder"] = read_json(runs / "encoder_check" / "encoder.json")
     return data
 

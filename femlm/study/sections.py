@@ -15,6 +15,7 @@ from femlm.study.text import (
     finite_or_none,
     fmt,
     fmt_ci,
+    fmt_sig,
     label,
     package_version,
     term_interval,
@@ -22,8 +23,23 @@ from femlm.study.text import (
 )
 
 
+def where_label(where: str, d: dict[str, Any]) -> str:
+    """How the README names a decomposition run: its plan label, or the checkpoint it ran on."""
+    at = "the warmed-up encoder" if d.get("checkpoint", where) == "warmup" else "the final MLM checkpoint"
+    return f"{at}, {d['label']}" if d.get("label") else at
+
+
+def headline_k(verdicts: dict[str, Any]) -> str:
+    """The K a one-line verdict quotes: 4 where the run has it, else its largest K."""
+    return "4" if "4" in verdicts else max(verdicts, key=int)
+
+
+def curve_text(curve: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{c['step']}: {c['eval_loss']:.3f}" for c in curve)
+
+
 def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
-    p = plan["pretrain"]
+    p = plan.get("pretrain") or {}
     e = data.get("encoder") or {}
     warm = (data.get("warmup") or {}).get("summary") or {}
     wcfg = run_config((data.get("warmup") or {}).get("dir"))
@@ -46,6 +62,17 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
     seen = warm.get("seen", {})
     wt = wcfg.get("trainer") or {}
     starts = [r["curve"][0]["eval_loss"] for r in data["pretrain"] if r["curve"] and r["curve"][0]["step"] == 0]
+    head = data.get("head_warmup") or {}
+    if head.get("summary"):
+        hs = head["summary"]
+        htr = run_config(head.get("dir")).get("trainer") or {}
+        lines.append(f"- **Head warm-up**: the fresh MLM head alone (trainer.trainable={htr.get('trainable')}; the "
+                     f"encoder and the tied word embeddings frozen), {hs.get('steps', '?')} steps x "
+                     f"{hs.get('rows_per_step', '?')} rows, lr {htr.get('lr', '?')}; held-out loss by step: "
+                     f"{curve_text(head.get('curve') or [])}.")
+    if warm:
+        lines.append(f"- **Warm-up curve** (held-out loss by step, whole model): "
+                     f"{curve_text((data.get('warmup') or {}).get('curve') or [])}.")
     lines.append(f"- **Warm-up** (shared by every arm): MLM, {warm.get('steps', '?')} steps x "
                  f"{warm.get('rows_per_step', '?')} rows, lr {wt.get('lr', '?')}; {fmt(seen.get('source_tokens'))} "
                  f"tokens, {fmt((seen.get('train_flops') or 0) / 1e15, 3)} PFLOP; held-out loss "
@@ -97,55 +124,57 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
         if not j:
             continue
         s, terms = j["settings"], j["terms"]
-        lines += [f"### On the {'warmed-up encoder (where every arm starts)' if where == 'warmup' else 'final MLM checkpoint'}",
+        lines += [f"### {d['label']}" if d.get("label") else
+                  f"### On {'the warmed-up encoder (where every arm starts)' if where == 'warmup' else 'the final MLM checkpoint'}",
                   "",
                   f"Pool of {s['pool']} held-out blocks, tau = {s['tau']}, R = {s['batch_rows']} rows per step, "
                   f"K in {s['num_masks']}; {s['check_batches']} directly resampled batches; parameters: "
                   f"{', '.join(j['parameters']['patterns'])} ({fmt(j['parameters']['numel'])} values); "
                   f"95% bootstrap intervals over the pool's sequences.", "",
                   "| term | estimate [95% CI] |", "|---|---|",
-                  f"| data term sigma_d2 | {fmt_ci(term_interval(terms['sigma_d2']), 4)} |",
-                  f"| mask term sigma_m2 | {fmt_ci(term_interval(terms['sigma_m2']), 4)} |",
-                  f"| c_FE (two disjoint masks of one sequence) | {fmt_ci(term_interval(terms['c_fe']), 4)} |",
-                  f"| c_iid (control, 0 expected) | {fmt_ci(term_interval(terms['c_iid']), 4)} |", "",
+                  f"| data term sigma_d2 | {fmt_sig(term_interval(terms['sigma_d2']))} |",
+                  f"| mask term sigma_m2 | {fmt_sig(term_interval(terms['sigma_m2']))} |",
+                  f"| c_FE (two disjoint masks of one sequence) | {fmt_sig(term_interval(terms['c_fe']))} |",
+                  f"| c_iid (control, 0 expected) | {fmt_sig(term_interval(terms['c_iid']))} |", "",
                   "Per K, at the run's batch size (predicted ratios are per unit compute; measured ones from directly "
                   "resampled batches):", "", *verdict_table(j["verdicts"])]
-        v4 = j["verdicts"].get("4") or next(iter(j["verdicts"].values()))
-        fe = v4["fe"]
+        k = headline_k(j["verdicts"])
+        fe = j["verdicts"][k]["fe"]
         ci = fe["ci"]
         share = terms["sigma_d2"]["estimate"] / max(terms["sigma_d2"]["estimate"] + terms["sigma_m2"]["estimate"], 1e-30)
         lines += ["", f"Reading: of one MLM row's gradient variance, the data term is {share:.0%} and the mask term "
                   f"{1 - share:.0%}. FE lowers the variance at equal compute only if c_FE < -sigma_d2 (the module "
                   f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = "
-                  f"{fmt_ci(as_interval(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci']), 4)}. "
-                  + _ratio_sentence(fe["per_compute_vs_mlm"], ci), ""]
+                  f"{fmt_sig(as_interval(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci']))}. "
+                  + _ratio_sentence(fe["per_compute_vs_mlm"], ci, k), ""]
         null = j.get("null_model", {}).get("summary", {})
         if null:
             frac = null.get("fraction_explained")
             frac_ci = null.get("fraction_explained_ci") or [None, None]
             lines += ["Assumption 1 against the additive null model (Cov(H) of a model whose gradient is a sum of "
                       f"per-token terms): measured decrease of the covariance over Hamming distance "
-                      f"{fmt_ci(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')), 4)}, the "
-                      f"additive model's {fmt_ci(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')), 4)}, "
+                      f"{fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}, the "
+                      f"additive model's {fmt_sig(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')))}, "
                       f"fraction explained {fmt_ci(as_interval(frac, frac_ci), 2)}; residual (interaction) decrease "
-                      f"{fmt_ci(as_interval(null.get('residual_decrease'), null.get('residual_decrease_ci')), 4)}. "
+                      f"{fmt_sig(as_interval(null.get('residual_decrease'), null.get('residual_decrease_ci')))}. "
                       + _null_sentence(null), ""]
-        lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", ""]
+        lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", "",
+                  f"![Figure 2](covariance_distribution_{where}.png)", ""]
     return lines
 
 
-def _ratio_sentence(value: float, ci: list[float]) -> str:
+def _ratio_sentence(value: float, ci: list[float], k: str = "4") -> str:
     lo, hi = finite_or_none(ci[0]), finite_or_none(ci[1])
     if lo is None or hi is None:
         return "No interval was computed, so no verdict is drawn."
     if hi < 1:
-        return (f"At K=4 the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is below 1: at this checkpoint FE's "
+        return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is below 1: at this checkpoint FE's "
                 "training gradient has lower variance than MLM's at equal compute.")
     if lo > 1:
-        return (f"At K=4 the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is above 1: at equal compute FE's "
+        return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is above 1: at equal compute FE's "
                 "training gradient has *higher* variance than MLM's (the K copies cost K times fewer sequences, "
                 "and the data variance this adds outweighs the negative covariance between disjoint masks).")
-    return (f"At K=4 the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] contains 1: no difference in "
+    return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] contains 1: no difference in "
             "training-gradient variance at equal compute was detected.")
 
 
@@ -230,6 +259,22 @@ def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
     return lines
 
 
+def _part1(supports: list[str], not_supported: list[str], at: str, k: str, ratio: float, lo: float | None,
+           hi: float | None) -> None:
+    """The one-line verdict on FE's training-gradient variance per unit compute at K, by its interval."""
+    if lo is not None and hi is not None and hi < 1:
+        supports.append(f"Part 1: at {at}, FE (K={k}) has lower training-gradient variance than MLM per unit "
+                        f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
+    elif lo is not None and hi is not None and lo > 1:
+        not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
+                             f"equal compute; it raises it (K={k} ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
+                             "variance of K times fewer sequences outweighs the covariance FE removes. The "
+                             "paper's variance argument covers the mask term only.")
+    else:
+        not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
+                             f"between FE (K={k}) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
+
+
 def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
                 down: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """(what the evidence supports, what it does not, what the i.i.d. control shows), each bullet chosen by an
@@ -239,32 +284,27 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
         j = d.get("json")
         if not j:
             continue
-        at = "the warmed-up encoder" if where == "warmup" else "the final MLM checkpoint"
-        v = j["verdicts"].get("4") or next(iter(j["verdicts"].values()))
+        at = where_label(where, d)
+        k = headline_k(j["verdicts"])
+        v = j["verdicts"][k]
         lo, hi = finite_or_none(v["fe"]["ci"][0]), finite_or_none(v["fe"]["ci"][1])
         ratio = v["fe"]["per_compute_vs_mlm"]
-        if lo is not None and hi is not None and hi < 1:
-            supports.append(f"Part 1: at {at}, FE (K=4) has lower training-gradient variance than MLM per unit "
-                            f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
-        elif lo is not None and hi is not None and lo > 1:
-            not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
-                                 f"equal compute; it raises it (K=4 ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
-                                 "variance of K times fewer sequences outweighs the covariance FE removes. The "
-                                 "paper's variance argument covers the mask term only.")
-        else:
-            not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
-                                 f"between FE (K=4) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
+        if not plan.get("decomposition", {}).get("variants"):  # else: per run and K, femlm.study.ratios
+            _part1(supports, not_supported, at, k, ratio, lo, hi)
         null = j.get("null_model", {}).get("summary", {})
         ci = null.get("residual_decrease_ci") or [None, None]
+        numbers = (f"measured fall {fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}"
+                   f", the additive model explains "
+                   f"{fmt_ci(as_interval(null.get('fraction_explained'), null.get('fraction_explained_ci')), 2)}")
         if finite_or_none(ci[0]) is not None and finite_or_none(ci[0]) > 0:
             supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
-                            "additive per-token gradients give (residual decrease above 0): evidence of context "
-                            "interactions (Assumption 1).")
+                            f"additive per-token gradients give (residual decrease above 0; {numbers}): evidence "
+                            "of context interactions (Assumption 1).")
         elif finite_or_none(ci[1]) is not None:
             not_supported.append(f"Part 2: at {at}, the fall of covariance with Hamming distance is not shown to "
                                  "exceed the additive null model's (the residual decrease interval reaches 0 or "
-                                 "below), so Assumption 1 is not tested beyond what sampling tokens without "
-                                 "replacement gives.")
+                                 f"below; {numbers}), so Assumption 1 is not tested beyond what sampling tokens "
+                                 "without replacement gives.")
     for mode, res in pre.items():
         if "comparisons" not in res:
             continue

@@ -35,6 +35,15 @@ def fmt_ci(ci: dict[str, Any] | st.Interval, digits: int = 3) -> str:
     return f"{fmt(d['estimate'], digits)} [{fmt(d['low'], digits)}, {fmt(d['high'], digits)}]"
 
 
+def fmt_sig(ci: dict[str, Any], digits: int = 3) -> str:
+    """Estimate [low, high] to `digits` significant digits: for terms of any scale (squared gradient norms)."""
+    def g(x: Any) -> str:
+        return "n/a" if finite_or_none(x) is None else f"{x:.{digits}g}"
+
+    lo, hi = finite_or_none(ci.get("low")), finite_or_none(ci.get("high"))
+    return g(ci.get("estimate")) + ("" if lo is None or hi is None else f" [{g(lo)}, {g(hi)}]")
+
+
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 

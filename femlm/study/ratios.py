@@ -1,0 +1,139 @@
+"""The decomposition across its variants (study_base.yaml: masking ratios 0.15 / 0.30 / 0.40 at 128 tokens, and
+Figures 2-3 at 512 tokens with masks of 128): one table of every term and verdict per variant and K, Figure 2 from
+the covariance pairs a decomposition run leaves, and the two studies' scales side by side for the top-level README.
+
+A decomposition run masks ``tau`` of the ``n`` maskable tokens of each block in every copy (``settings.tau``,
+``analysis.variance_tau``), so its masking ratio is ``tau / n``; the largest K a ratio allows is ``n // tau``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, fmt_sig, term_interval
+
+
+def masking_ratio(j: dict[str, Any]) -> tuple[int, int]:
+    """(tau, n): masked tokens per copy and the fewest maskable tokens of the pool's blocks."""
+    n_valid = (j.get("sequences") or {}).get("n_valid") or []
+    pool = int(j["settings"]["pool"])
+    return int(j["settings"]["tau"]), int(min(n_valid[:pool])) if n_valid else 0
+
+
+def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per decomposition run and K: the terms (shared by its K) and FE's verdict at that K."""
+    rows = []
+    for key, d in dec.items():
+        j = d.get("json")
+        if not j:
+            continue
+        tau, n = masking_ratio(j)
+        t = j["terms"]
+        for k, v in j["verdicts"].items():
+            fe = v["fe"]
+            rows.append({
+                "run": key, "label": d.get("label", ""), "block_size": j["settings"]["block_size"], "tau": tau,
+                "maskable": n, "ratio": round(tau / n, 4) if n else None, "K": int(k),
+                "sigma_d2": t["sigma_d2"]["estimate"], "sigma_d2_ci": t["sigma_d2"]["ci"],
+                "sigma_m2": t["sigma_m2"]["estimate"], "sigma_m2_ci": t["sigma_m2"]["ci"],
+                "c_fe": t["c_fe"]["estimate"], "c_fe_ci": t["c_fe"]["ci"],
+                "c_iid": t["c_iid"]["estimate"], "c_iid_ci": t["c_iid"]["ci"],
+                "c_fe_plus_sigma_d2": fe["c_plus_sigma_d2"], "c_fe_plus_sigma_d2_ci": fe["c_plus_sigma_d2_ci"],
+                "fe_vs_mlm_per_compute": fe["per_compute_vs_mlm"], "fe_vs_mlm_per_compute_ci": fe["ci"],
+                "iid_vs_mlm_per_compute": v["iid"]["per_compute_vs_mlm"], "iid_vs_mlm_per_compute_ci": v["iid"]["ci"],
+                "verdict": fe["verdict"]})
+    return rows
+
+
+def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    flat = [{k: (json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(flat[0]) if flat else ["run"])
+        writer.writeheader()
+        writer.writerows(flat)
+    return path
+
+
+def _ci(row: dict[str, Any], key: str) -> str:
+    return fmt_sig(as_interval(row[key], row.get(f"{key}_ci")))
+
+
+def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["| run | tokens | ratio (tau / n) | K | sigma_d2 | sigma_m2 | c_FE | c_iid | c_FE + sigma_d2 | "
+             "FE / MLM per unit compute | i.i.d. / MLM | verdict |", "|---|---:|---|---:|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['block_size']} | {fmt(r['ratio'], 3)} ({r['tau']} / {r['maskable']}) | "
+                     f"{r['K']} | {_ci(r, 'sigma_d2')} | {_ci(r, 'sigma_m2')} | {_ci(r, 'c_fe')} | {_ci(r, 'c_iid')} | "
+                     f"{_ci(r, 'c_fe_plus_sigma_d2')} | {_ci(r, 'fe_vs_mlm_per_compute')} | "
+                     f"{_ci(r, 'iid_vs_mlm_per_compute')} | {r['verdict']} |")
+    lines += ["", "FE lowers the training gradient's variance at equal compute only where c_FE + sigma_d2 < 0, i.e. "
+              "where the FE / MLM ratio's whole interval is below 1. The terms are per run (one pool, one tau, "
+              "shared by its K); the largest K a ratio allows is n // tau. 95% bootstrap intervals over the pool's "
+              "sequences.", ""]
+    return lines
+
+
+def ratio_conclusions(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(FE pays off at equal compute, it does not), one bullet per run and K, each chosen by its interval."""
+    pays, not_pays = [], []
+    for r in rows:
+        lo, hi = (finite_or_none(x) for x in r["fe_vs_mlm_per_compute_ci"])
+        text = (f"masking ratio {fmt(r['ratio'], 2)} ({r['tau']} of {r['maskable']} tokens, {r['block_size']}-token "
+                f"blocks), K={r['K']}: FE / MLM gradient variance per unit compute {_ci(r, 'fe_vs_mlm_per_compute')}, "
+                f"c_FE + sigma_d2 = {_ci(r, 'c_fe_plus_sigma_d2')}")
+        if lo is not None and hi is not None and hi < 1:
+            pays.append(text + ": FE lowers the variance at equal compute.")
+        elif lo is not None and hi is not None and lo > 1:
+            not_pays.append(text + ": FE raises it.")
+        else:
+            not_pays.append(text + ": no difference detected (the interval contains 1, or none was computed).")
+    return pays, not_pays
+
+
+def plot_pairs(src: Path, dec_json: dict[str, Any], path: Path, title: str) -> Path | None:
+    """The paper's Figure 2 (covariance per Hamming bin, violins) from a decomposition run's null_model_pairs.csv
+    and its bins, drawn by the analysis' own figure code."""
+    from femlm.analysis.figures import plot_covariance_distribution
+
+    pairs_csv = src / "null_model_pairs.csv"
+    bins = (dec_json.get("null_model") or {}).get("bins") or []
+    if not pairs_csv.is_file() or not bins:
+        return None
+    with pairs_csv.open() as fh:
+        pairs = [{"bin": int(r["bin"]), "cov": float(r["cov"])} for r in csv.DictReader(fh)]
+    return plot_covariance_distribution(pairs, bins, path, title)
+
+
+def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -> list[str]:
+    """The MiniLM study (results/study/study.json, its warm-up decomposition) beside this one (the runs named by
+    ``keys``: ``terms`` for the decomposition, ``null_model`` for the null model): shapes and headline terms."""
+    other = json.loads(other_json.read_text()) if other_json.is_file() else {}
+
+    def column(study: dict[str, Any], terms_key: str, null_key: str) -> dict[str, str]:
+        e = study.get("encoder") or {}
+        t = (study.get("decomposition_terms") or {}).get(terms_key) or {}
+        null = (study.get("null_model") or {}).get(null_key) or {}
+        return {
+            "model": f"{e.get('model_type', '?')}, {e.get('layers', '?')} layers, hidden {e.get('hidden', '?')}, "
+                     f"{(e.get('parameters') or 0) / 1e6:.1f}M parameters",
+            "sigma_d2": fmt_sig(term_interval(t["sigma_d2"])) if t else "n/a",
+            "c_fe": fmt_sig(term_interval(t["c_fe"])) if t else "n/a",
+            "null": fmt_ci(as_interval(null.get("fraction_explained"), null.get("fraction_explained_ci")), 2)
+            if null else "n/a",
+        }
+
+    a = column(other, "warmup", "warmup")
+    b = column(base, keys.get("terms", ""), keys.get("null_model", ""))
+    return ["| at the warmed-up encoder | all-MiniLM-L6-v2 (`make study`) | all-mpnet-base-v2 (`make study-base`) |",
+            "|---|---|---|",
+            f"| encoder | {a['model']} | {b['model']} |",
+            f"| decomposition run | 128-token blocks, tau 15 | {keys.get('terms')} |",
+            f"| sigma_d2 (data term) | {a['sigma_d2']} | {b['sigma_d2']} |",
+            f"| c_FE (two disjoint masks) | {a['c_fe']} | {b['c_fe']} |",
+            f"| covariance fall explained by the additive null model | {a['null']} (128 tokens, tau 15) | {b['null']} "
+            f"({keys.get('null_model')}) |", ""]

@@ -42,9 +42,10 @@ def test_base_plan_warms_the_head_then_the_model_then_measures_each_ratio(tmp_pa
     assert override_value(fig.command, "data.block_size") == 512 and override_value(fig.command, "analysis.tau") == 128
     n = override_value(plan["common"], "data.block_size") - 2  # maskable tokens of a 128-token block
     for s, ratio in zip(ratios, (0.15, 0.30, 0.40), strict=True):
-        tau = override_value(s.command, "analysis.variance_tau")
+        assert override_value(s.command, "analysis.ratio") == ratio
+        tau = round(ratio * n)  # what femlm.analysis masks per copy at that ratio
         ks = override_value(s.command, "analysis.num_masks")
-        assert abs(tau / n - ratio) < 0.01 and max(ks) == n // tau and ks[0] == 2
+        assert override_value(s.command, "analysis.tau") == tau and max(ks) == n // tau and ks[0] == 2
         assert (4 in ks) == (4 * tau <= n) and override_value(s.command, "data.block_size") == 128
     minutes = sum(s.estimate_s for s in steps) / 60
     assert minutes <= plan["estimate"]["budget_minutes"] and abs(minutes - plan["estimate"]["minutes"]) < 5

@@ -2,8 +2,8 @@
 Figures 2-3 at 512 tokens with masks of 128): one table of every term and verdict per variant and K, Figure 2 from
 the covariance pairs a decomposition run leaves, and the two studies' scales side by side for the top-level README.
 
-A decomposition run masks ``tau`` of the ``n`` maskable tokens of each block in every copy (``settings.tau``,
-``analysis.variance_tau``), so its masking ratio is ``tau / n``; the largest K a ratio allows is ``n // tau``.
+A decomposition run masks ``tau`` of the ``n`` maskable tokens of each block in every copy (``settings.tau``:
+``round(analysis.ratio * n)``), so its masking ratio is ``tau / n``; the largest K a ratio allows is ``n // tau``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A `--dry-run` calls it, and the real run makes the same checks through the same functions: the corpus's sources
 (an unreachable Hub corpus is one line, never a silent fall-back to the offline stand-in), the tokenizer and the
 model's config (no weights read), the masker and the batch layout, and the corpus plan: documents, tokens and
-blocks, and the passes the run would make over them (refused past trainer.max_passes).
+blocks, and the passes the run would make over them (refused past trainer.max_passes). It also prints the compute
+plan (femlm.train.estimate): training FLOPs, the memory of one micro-batch and GPU hours at an assumed MFU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from femlm.data.plan import check_passes
 from femlm.data.sources import check_sources
 from femlm.train.corpus import dry_run_plan
 from femlm.train.distributed import DistInfo
+from femlm.train.estimate import compute_plan, masked_per_row, model_shape, plan_lines
 from femlm.train.inputs import make_masker, tokenizer_and_config
 
 
@@ -25,6 +27,8 @@ def plan_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
     masker = make_masker(cfg, tokenizer)
     corpus = dry_run_plan(cfg, tokenizer)
     check_passes(corpus, cfg.trainer.max_passes)
+    shape = model_shape(config, cfg.model.attn_implementation, list(cfg.trainer.trainable))
+    compute = compute_plan(cfg, shape, masked_per_row(masker, tokenizer, cfg.data.block_size))
     return {
         "model": {"name": cfg.model.name, "init_from": init_from, "model_type": config.model_type,
                   "vocab_size": config.vocab_size, "tokenizer_size": len(tokenizer)},
@@ -32,4 +36,6 @@ def plan_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
         "steps": cfg.trainer.max_steps,
         "corpus": corpus.as_dict(),
         "corpus_plan": corpus.lines(),
+        "compute": compute,
+        "compute_plan": plan_lines(compute),
     }

@@ -49,7 +49,7 @@ def _help_text(name: str, command: Command) -> str:
     usage = [f"Any key can be set too (e.g. trainer.max_steps=100); every key and default: femlm {name} --cfg job",
              f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)"]
     if command.positional:
-        usage.append(f"Bare arguments set {command.positional}.")
+        usage.append(f"Bare arguments set {command.positional}: {command.accepted()}.")
     if command.resumable:
         usage.append(f"Continue a stopped run: femlm {name} resume=true (the newest) or resume=<run directory>.")
     return "\n\n".join([command.summary, "\b\nConfig groups (choose with group=option):\n" + "\n".join(groups),
@@ -69,7 +69,7 @@ def _positional_to_overrides(command: Command, args: list[str]) -> list[str]:
         fail(f"unexpected argument {bare[0]!r}: give Hydra overrides as key=value or group=option")
     if command.positional == "analysis.kind":
         if len(bare) > 1:
-            fail(f"analyze takes one analysis kind, got {bare}; allowed covariance, variance, both")
+            fail(f"analyze takes one analysis kind, got {bare}; allowed {command.accepted()}")
         return [f"analysis.kind={bare[0]}", *rest]
     return [f"{command.positional}=[{','.join(bare)}]", *rest]
 

@@ -87,6 +87,8 @@ CASES = [
     Case("report-input-missing", ["report", "/nonexistent/runs"], ["report.inputs", "/nonexistent/runs"]),
     Case("checkpoint-dir-missing", ["continual-pretrain", *SMALL, "model.name_or_path=/nonexistent/ckpt"],
          ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
+    Case("continual-without-checkpoint", ["continual-pretrain", *SMALL], ["model=tiny", "model.name_or_path",
+         "continual pre-training", "femlm pretrain-scratch"]),
     Case("checkpoint-dir-junk", ["continual-pretrain", *SMALL, "model.name_or_path={junk}"],
          ["model.name_or_path={junk}", "no config.json"]),
     Case("classifier-checkpoint-to-pretraining", ["continual-pretrain", *SMALL, *TINY_MODEL,

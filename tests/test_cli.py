@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,13 @@ def test_subcommand_help_lists_groups(cli, name):
     if name in ("continual-pretrain", "pretrain-scratch"):
         assert "masking:" in result.stdout and "fe_span" in result.stdout
         assert "preset:" in result.stdout and "tiny" in result.stdout
+    command = COMMANDS[name]
+    if command.positional:  # what bare arguments may be, from the object the command validates with
+        assert f"Bare arguments set {command.positional}: {command.accepted()}" in result.stdout
+    if name == "analyze":
+        from femlm.analysis.config import KINDS
+
+        assert all(kind in result.stdout for kind in KINDS) and "decomposition" in KINDS
 
 
 def test_cfg_job_prints_composed_choices(cli):
@@ -71,6 +79,10 @@ def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path, tiny_local: list[st
     assert ks == [2, 4]
     for job in jobs:
         assert (job / "plan.json").is_file() and (job / "run.json").is_file()
+    # the compute plan (femlm.train.estimate), labelled as an assumption where it is one
+    plans = [json.loads((job / "plan.json").read_text())["compute"] for job in jobs]
+    assert all(p["train_flops"] > 0 and p["gpu_hours"]["A100"] >= 0 for p in plans)
+    assert "training FLOPs" in result.stdout and "ASSUMED 30% MFU" in result.stdout
 
 
 def test_two_runs_get_two_directories(cli, tmp_path: Path, tiny_local: list[str]):

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from femlm.errors import UserError
 from femlm.masking import build_masker, word_start_table
 from femlm.models.load import (
     check_compatible,
@@ -31,6 +32,11 @@ def tokenizer_and_config(cfg: Any, run_dir: Path, dist: DistInfo) -> tuple[Any, 
     pretrain-scratch builds a config (and trains a WordPiece vocabulary when `model.tokenizer` is null)."""
     mcfg = cfg.model
     if cfg.command == "continual-pretrain":
+        if mcfg.name_or_path is None:
+            raise UserError(f"model={mcfg.name} names no checkpoint (model.name_or_path is unset): continual "
+                            "pre-training continues one; give model.name_or_path=<checkpoint directory or Hub id>, "
+                            "e.g. a pretrain-scratch run's checkpoints/final or roberta-base, or train from random "
+                            "weights with femlm pretrain-scratch")
         config = masked_lm_config(mcfg, cfg.download)
         tokenizer, source = tokenizer_for(mcfg, cfg.download)
         check_mask_token(tokenizer, f"tokenizer {source}")

@@ -16,7 +16,8 @@ the peak memory of one micro-batch, and hours on named GPUs at an assumed MFU. `
     MLM head       per predicted token (the masked targets with sparse prediction, every token without): the
                    head's hidden states (3h values + an fp32 LayerNorm input) and the vocabulary logits, their
                    fp32 log-probabilities and, in backward, their fp32 gradient (V x (value + 8 B)).
-  tests/test_train_estimate.py checks it against the peak resident memory of real CPU steps (fp32).
+  tests/test_train_estimate.py checks it against the peak resident memory of real CPU steps (fp32). On a GPU
+  add the CUDA context and the caching allocator's slack (commonly 0.5-2 GiB), which it does not count.
 * Hours: FLOPs / (the GPU's dense bf16 peak x `runtime.assumed_mfu`), one GPU; with data-parallel GPUs divide
   by their number (less what communication costs). The MFU is an assumption until a run on that GPU measures
   it (benchmarks/bench_train.py prints MFU).

@@ -50,6 +50,8 @@ def _help_text(name: str, command: Command) -> str:
              f"Sweep: femlm {name} -m key=a,b   (hydra/launcher=joblib runs the jobs in parallel)"]
     if command.positional:
         usage.append(f"Bare arguments set {command.positional}: {command.accepted()}.")
+    else:
+        usage.append("No bare arguments: every setting is key=value or group=option.")
     if command.resumable:
         usage.append(f"Continue a stopped run: femlm {name} resume=true (the newest) or resume=<run directory>.")
     return "\n\n".join([command.summary, "\b\nConfig groups (choose with group=option):\n" + "\n".join(groups),

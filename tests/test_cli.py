@@ -40,6 +40,8 @@ def test_subcommand_help_lists_groups(cli, name):
     command = COMMANDS[name]
     if command.positional:  # what bare arguments may be, from the object the command validates with
         assert f"Bare arguments set {command.positional}: {command.accepted()}" in result.stdout
+    else:
+        assert "No bare arguments" in result.stdout
     if name == "analyze":
         from femlm.analysis.config import KINDS
 

@@ -22,16 +22,16 @@ def assert_one_line_error(result, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-def test_top_level_help_lists_every_subcommand(cli):
-    result = cli("--help")
+def test_top_level_help_lists_every_subcommand(cli_in_process):
+    result = cli_in_process("--help")
     assert result.code == 0
     for name in COMMANDS:
         assert name in result.stdout
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_subcommand_help_lists_groups(cli, name):
-    result = cli(name, "--help")
+def test_subcommand_help_lists_groups(cli_in_process, name):
+    result = cli_in_process(name, "--help")
     assert result.code == 0, result.stderr
     assert "--multirun" in result.stdout and "--dry-run" in result.stdout
     if name in ("continual-pretrain", "pretrain-scratch"):
@@ -48,8 +48,8 @@ def test_subcommand_help_lists_groups(cli, name):
         assert all(kind in result.stdout for kind in KINDS) and "decomposition" in KINDS
 
 
-def test_cfg_job_prints_composed_choices(cli):
-    result = cli("continual-pretrain", "--cfg", "job", "domain=cs", "masking=fe_span")
+def test_cfg_job_prints_composed_choices(cli_in_process):
+    result = cli_in_process("continual-pretrain", "--cfg", "job", "domain=cs", "masking=fe_span")
     assert result.code == 0, result.stderr
     cfg = yaml.safe_load(result.stdout)
     assert cfg["command"] == "continual-pretrain"
@@ -58,7 +58,8 @@ def test_cfg_job_prints_composed_choices(cli):
     assert cfg["masking"]["granularity"] == "span"
 
 
-def test_preset_tiny_overrides_paper_defaults(cli):
+def test_preset_tiny_overrides_paper_defaults(cli_in_process):
+    cli = cli_in_process
     result = cli("pretrain-scratch", "--cfg", "job", "preset=tiny")
     cfg = yaml.safe_load(result.stdout)
     assert cfg["model"]["name"] == "tiny" and cfg["data"]["block_size"] == 128

@@ -52,7 +52,9 @@ def _help_text(name: str, command: Command) -> str:
              "SLURM: -m hydra/launcher=slurm_gpu (a GPU per job) or slurm_node (a node per job, a task per GPU); "
              "hydra/launcher=submitit_local tries the same here"]
     if command.positional:
-        usage.append(f"Bare arguments set {command.positional}.")
+        usage.append(f"Bare arguments set {command.positional}: {command.accepted()}.")
+    else:
+        usage.append("No bare arguments: every setting is key=value or group=option.")
     if command.resumable:
         usage.append(f"Continue a stopped run: femlm {name} resume=true (the newest) or resume=<run directory>.")
     return "\n\n".join([command.summary, "\b\nConfig groups (choose with group=option):\n" + "\n".join(groups),
@@ -72,7 +74,7 @@ def _positional_to_overrides(command: Command, args: list[str]) -> list[str]:
         fail(f"unexpected argument {bare[0]!r}: give Hydra overrides as key=value or group=option")
     if command.positional == "analysis.kind":
         if len(bare) > 1:
-            fail(f"analyze takes one analysis kind, got {bare}; allowed covariance, variance, both")
+            fail(f"analyze takes one analysis kind, got {bare}; allowed {command.accepted()}")
         return [f"analysis.kind={bare[0]}", *rest]
     return [f"{command.positional}=[{','.join(bare)}]", *rest]
 

@@ -8,7 +8,6 @@ subcommand, its --help and its validation from this table.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,17 +23,28 @@ class Command:
     run: str  # "module:function", called as function(cfg, run) -> result
     plan: str  # "module:function", called as function(cfg) -> dict: every check of a real run, no work
     positional: str | None = None  # the key that bare (non key=value) arguments fill
+    # What bare arguments may be (--help lists it): "module:NAME", NAME a text, a sequence of the allowed values or
+    # a function returning the text: the same object the command's validation uses.
+    accepts: str | None = None
     resumable: bool = False
 
-    def load(self, which: str) -> Callable[..., Any]:
-        module, function = getattr(self, which).split(":")
-        return getattr(importlib.import_module(module), function)
+    def load(self, which: str) -> Any:
+        module, name = getattr(self, which).split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def accepted(self) -> str:
+        """What bare arguments may be, as one line (empty for a command that takes none)."""
+        if self.accepts is None:
+            return ""
+        value = self.load("accepts")
+        value = value() if callable(value) else value
+        return value if isinstance(value, str) else ", ".join(value)
 
 
 COMMANDS: dict[str, Command] = {
     "download": Command("Fetch datasets, tokenizers and model configs (or verify them in a local mirror).",
                         ("download", "logger"), "femlm.data.fetch:run_download", "femlm.data.fetch:plan_download",
-                        positional="download.datasets"),
+                        positional="download.datasets", accepts="femlm.data.registry:bare_names"),
     "prepare": Command("Read, sample and tokenize a domain corpus into the cache ahead of training; print its plan.",
                        PRETRAIN, "femlm.train.corpus:run_prepare", "femlm.train.corpus:plan_prepare"),
     "pretrain-scratch": Command("Pre-train a masked LM from random weights (BERT-base on general text).",
@@ -48,10 +58,11 @@ COMMANDS: dict[str, Command] = {
                         (*FINETUNE, "evaluate"), "femlm.eval.evaluate:run_evaluate", "femlm.eval.evaluate:plan_evaluate"),
     "analyze": Command("Gradient covariance vs Hamming distance, and K-mask variance (FE vs i.i.d.).",
                        ("model", "domain", "data", "masking", "analysis", "runtime", "download", "logger"),
-                       "femlm.analysis.run:run_analyze", "femlm.analysis.run:plan_analyze", positional="analysis.kind"),
+                       "femlm.analysis.run:run_analyze", "femlm.analysis.run:plan_analyze", positional="analysis.kind",
+                       accepts="femlm.analysis.config:KINDS"),
     "report": Command("Collect run results into the paper's tables and figures (Markdown, LaTeX, CSV, PNG).",
                       ("report", "logger"), "femlm.report.report:run_report", "femlm.report.report:plan_report",
-                      positional="report.inputs"),
+                      positional="report.inputs", accepts="femlm.report.config:INPUTS"),
 }
 
 

@@ -59,6 +59,32 @@ def cli(femlm_env: dict[str, str], tmp_path: Path):
     return run
 
 
+@pytest.fixture
+def cli_in_process(femlm_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`femlm ...` in this process, for command lines that end before Hydra starts (--help, --cfg job, errors
+    found while composing): the same exit status, stdout and stderr as `cli`, without starting Python and
+    importing femlm per call. A command line that would start Hydra fails the test (use `cli` for those)."""
+    import hydra
+    from typer.testing import CliRunner
+
+    from femlm.cli import app
+
+    def no_hydra(*args, **kwargs):
+        raise AssertionError("this command line starts Hydra: run it with the `cli` fixture (a subprocess)")
+
+    monkeypatch.setattr(hydra, "main", no_hydra)
+    monkeypatch.setenv("FEMLM_RUN_UID", "")  # the CLI sets it; restored after the test
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> CliResult:
+        result = CliRunner().invoke(app, list(args))
+        if isinstance(result.exception, AssertionError):
+            raise result.exception
+        return CliResult(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def local_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A 128-token tokenizer, a 40-document corpus over its words and a two-label task directory."""

@@ -47,8 +47,8 @@ class Case:
     keeps_prepared_corpus: bool = False
 
 
-CASES = [
-    # --- composition and the typed schema (caught before Hydra starts) ------------------------------------
+BEFORE_HYDRA = [
+    # --- composition and the typed schema (caught before Hydra starts: run in-process, `cli_in_process`) ---
     Case("unknown-group-option", ["pretrain-scratch", *SMALL, "masking=nope"],
          ["masking=nope", "fe_subword", "mlm_span"]),
     Case("misspelled-key", ["pretrain-scratch", *SMALL, "trainer.mx_steps=3"], ["trainer.mx_steps", "did you mean trainer.max_steps"]),
@@ -60,8 +60,6 @@ CASES = [
     Case("ratio-zero", ["pretrain-scratch", *SMALL, "masking.ratio=0"], ["masking.ratio=0", "0 < ratio <= 1"]),
     Case("ratio-negative", ["continual-pretrain", *SMALL, "masking.ratio=-0.1"],
          ["masking.ratio=-0.1", "0 < ratio <= 1"]),
-    Case("block-size-beyond-positions", ["pretrain-scratch", *SMALL, "data.block_size=1024"],
-         ["data.block_size=1024", "512", "lower data.block_size"]),
     Case("unknown-task", ["finetune", "preset=tiny", "task=nope"], ["task=nope", "aclarc", "sst2"]),
     Case("unknown-domain", ["pretrain-scratch", *SMALL, "domain=mars"], ["domain=mars", "cs", "news"]),
     Case("seeds-empty", ["finetune", "preset=tiny", "finetune.seeds=[]"], ["finetune.seeds=[]", "at least one"]),
@@ -80,13 +78,21 @@ CASES = [
     Case("report-unknown-table", ["report", "report.tables=[table9]"], ["report.tables", "table9", "table1"]),
     Case("output-dir-not-writable", ["pretrain-scratch", *SMALL], ["output directory", "{afile}",
          "not a directory", "FEMLM_RUNS"], env={"FEMLM_RUNS": "{afile}/runs"}),
+]
+
+CASES = [
+    *BEFORE_HYDRA,
     # --- found when the command starts (a run directory exists for a moment and is removed) ---------------
+    Case("block-size-beyond-positions", ["pretrain-scratch", *SMALL, "data.block_size=1024"],
+         ["data.block_size=1024", "512", "lower data.block_size"]),
     Case("download-unknown-dataset", ["download", "no_such_dataset"], ["'no_such_dataset'", "citation_intent"]),
     Case("download-checksum-mismatch", ["download", "citation_intent", "download.mirror={bad_mirror}"],
          ["checksum mismatch", "{bad_mirror}/dapt/citation_intent/dev.jsonl", "expected sha256"], mirror=True),
     Case("report-input-missing", ["report", "/nonexistent/runs"], ["report.inputs", "/nonexistent/runs"]),
     Case("checkpoint-dir-missing", ["continual-pretrain", *SMALL, "model.name_or_path=/nonexistent/ckpt"],
          ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
+    Case("continual-without-checkpoint", ["continual-pretrain", *SMALL], ["model=tiny", "model.name_or_path",
+         "continual pre-training", "femlm pretrain-scratch"]),
     Case("checkpoint-dir-junk", ["continual-pretrain", *SMALL, "model.name_or_path={junk}"],
          ["model.name_or_path={junk}", "no config.json"]),
     Case("classifier-checkpoint-to-pretraining", ["continual-pretrain", *SMALL, *TINY_MODEL,
@@ -249,7 +255,7 @@ def test_catalogue_is_large_and_covers_every_subcommand() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_input(case: Case, cli, femlm_env: dict[str, str], fx: dict[str, str], tmp_path: Path,
-                   request: pytest.FixtureRequest) -> None:
+                   request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if case.mirror and "bad_mirror" not in fx:
         pytest.skip("needs the data mirror at ../shared/data")
     values = dict(fx)
@@ -258,10 +264,14 @@ def test_bad_input(case: Case, cli, femlm_env: dict[str, str], fx: dict[str, str
         run = request.getfixturevalue("earlier")
         values["earlier"] = str(run)
         before = _tree_digest(run)
+    in_process = case in BEFORE_HYDRA
     for key, value in case.env.items():
         femlm_env[key] = _fill(value, values)
+        if in_process:
+            monkeypatch.setenv(key, _fill(value, values))
 
-    result = cli(*[_fill(arg, values) for arg in case.args])
+    run_cli = request.getfixturevalue("cli_in_process") if in_process else cli
+    result = run_cli(*[_fill(arg, values) for arg in case.args])
 
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     log = os.environ.get("FEMLM_BAD_INPUT_LOG")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,25 +22,34 @@ def assert_one_line_error(result, *needles: str) -> None:
         assert needle in lines[0], (needle, lines[0])
 
 
-def test_top_level_help_lists_every_subcommand(cli):
-    result = cli("--help")
+def test_top_level_help_lists_every_subcommand(cli_in_process):
+    result = cli_in_process("--help")
     assert result.code == 0
     for name in COMMANDS:
         assert name in result.stdout
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_subcommand_help_lists_groups(cli, name):
-    result = cli(name, "--help")
+def test_subcommand_help_lists_groups(cli_in_process, name):
+    result = cli_in_process(name, "--help")
     assert result.code == 0, result.stderr
     assert "--multirun" in result.stdout and "--dry-run" in result.stdout
     if name in ("continual-pretrain", "pretrain-scratch"):
         assert "masking:" in result.stdout and "fe_span" in result.stdout
         assert "preset:" in result.stdout and "tiny" in result.stdout
+    command = COMMANDS[name]
+    if command.positional:  # what bare arguments may be, from the object the command validates with
+        assert f"Bare arguments set {command.positional}: {command.accepted()}" in result.stdout
+    else:
+        assert "No bare arguments" in result.stdout
+    if name == "analyze":
+        from femlm.analysis.config import KINDS
+
+        assert all(kind in result.stdout for kind in KINDS) and "decomposition" in KINDS
 
 
-def test_cfg_job_prints_composed_choices(cli):
-    result = cli("continual-pretrain", "--cfg", "job", "domain=cs", "masking=fe_span")
+def test_cfg_job_prints_composed_choices(cli_in_process):
+    result = cli_in_process("continual-pretrain", "--cfg", "job", "domain=cs", "masking=fe_span")
     assert result.code == 0, result.stderr
     cfg = yaml.safe_load(result.stdout)
     assert cfg["command"] == "continual-pretrain"
@@ -48,7 +58,8 @@ def test_cfg_job_prints_composed_choices(cli):
     assert cfg["masking"]["granularity"] == "span"
 
 
-def test_preset_tiny_overrides_paper_defaults(cli):
+def test_preset_tiny_overrides_paper_defaults(cli_in_process):
+    cli = cli_in_process
     result = cli("pretrain-scratch", "--cfg", "job", "preset=tiny")
     cfg = yaml.safe_load(result.stdout)
     assert cfg["model"]["name"] == "tiny" and cfg["data"]["block_size"] == 128
@@ -71,6 +82,10 @@ def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path, tiny_local: list[st
     assert ks == [2, 4]
     for job in jobs:
         assert (job / "plan.json").is_file() and (job / "run.json").is_file()
+    # the compute plan (femlm.train.estimate), labelled as an assumption where it is one
+    plans = [json.loads((job / "plan.json").read_text())["compute"] for job in jobs]
+    assert all(p["train_flops"] > 0 and p["gpu_hours"]["A100"] >= 0 for p in plans)
+    assert "training FLOPs" in result.stdout and "ASSUMED 30% MFU" in result.stdout
 
 
 def test_two_runs_get_two_directories(cli, tmp_path: Path, tiny_local: list[str]):

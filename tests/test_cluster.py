@@ -86,6 +86,7 @@ def _slurm_task(rank: int, port: int, out: str) -> None:
              "backend": backend, "addr": os.environ["MASTER_ADDR"]}))
 
 
+@pytest.mark.xdist_group("process-groups")  # ports and gloo groups: one xdist worker, as test_train_ddp
 @pytest.mark.timeout(120)
 def test_process_group_comes_up_from_slurm_variables(tmp_path: Path) -> None:
     with socket.socket() as s:

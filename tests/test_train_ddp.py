@@ -20,6 +20,10 @@ from femlm.train.core import PretrainCore
 from femlm.train.distributed import DistInfo
 from helpers.tiny import synthetic_blocks
 
+# These tests open TCP ports for their process groups: one worker runs them all (make test: --dist loadgroup);
+# a new test that starts a process group (torchrun, SLURM-style env) takes the same mark.
+pytestmark = pytest.mark.xdist_group("process-groups")
+
 torch.set_num_threads(1)
 WORLD = 2
 VOCAB = 64

@@ -25,7 +25,8 @@ from pathlib import Path
 import psutil  # accelerate's dependency
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("femlm_env")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.usefixtures("femlm_env"),
+              pytest.mark.xdist_group("process-groups")]  # ports: one xdist worker, as test_train_ddp
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
 
 

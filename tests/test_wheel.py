@@ -32,7 +32,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (Path(site) / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+    # --ignore-installed: the borrowed site-packages may hold femlm itself (an editable install), which pip would
+    # otherwise take as "already satisfied" and skip the wheel.
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
+                              "-q", str(wheel)],
                              capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-3000:]
     return env_dir

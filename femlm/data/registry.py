@@ -60,7 +60,13 @@ ALIASES: dict[str, str] = {
     "google-bert/bert-base-uncased": "bert-base-uncased", "FacebookAI/roberta-base": "roberta-base",
 }
 
-__all__ = ["ALIASES", "GROUPS", "REGISTRY", "DatasetEntry", "FileEntry", "expand_names", "get_entry"]
+__all__ = ["ALIASES", "GROUPS", "REGISTRY", "DatasetEntry", "FileEntry", "bare_names", "expand_names", "get_entry"]
+
+
+def bare_names() -> str:
+    """Every name `femlm download` takes (its --help lists them)."""
+    return (f"dataset names ({', '.join(REGISTRY)}), their aliases ({', '.join(ALIASES)}) or groups "
+            f"({', '.join(GROUPS)})")
 
 
 def get_entry(name: str) -> DatasetEntry:

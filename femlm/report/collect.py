@@ -19,6 +19,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.paper import normalise_task
+from femlm.report.config import INPUTS
 from femlm.runs import read_metrics
 
 RESULT_FILES = {"results.json": "finetune", "efficiency.json": "efficiency", "summary.json": "pretrain",
@@ -286,8 +287,7 @@ def collect(inputs: list[str], exclude: Path | None = None) -> Collection:
     """Every result under `inputs`, each file once (inputs may overlap)."""
     missing = [str(i) for i in inputs if not Path(i).expanduser().exists()]
     if missing:
-        raise UserError(f"report.inputs: {', '.join(missing)} not found; give run directories, sweep "
-                        "directories or result files (results.json, efficiency.json, summary.json, analysis.json)")
+        raise UserError(f"report.inputs: {', '.join(missing)} not found; give {INPUTS}")
     exclude = exclude.resolve() if exclude is not None else None
     _run_config.cache_clear()  # run directories may have changed since an earlier report in this process
     seen: set[Path] = set()

@@ -8,6 +8,9 @@ from femlm.errors import UserError
 
 # The tables `femlm report` can write, in the paper's numbering.
 TABLES = ("table1", "table2", "table3")
+# What report.inputs (femlm report's bare arguments) may name.
+INPUTS = ("run directories, sweep directories or result files (results.json, efficiency.json, summary.json, "
+          "analysis.json)")
 
 
 @dataclass
@@ -21,7 +24,7 @@ class ReportConfig:
 
     def validate(self) -> None:
         if not self.inputs:
-            raise UserError("report.inputs=[]: give run directories, sweep directories or result files")
+            raise UserError(f"report.inputs=[]: give {INPUTS}")
         unknown = [t for t in self.tables if t not in TABLES]
         if unknown:
             raise UserError(f"report.tables={list(self.tables)}: unknown {unknown}; allowed {', '.join(TABLES)}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from femlm.errors import UserError
 from femlm.masking import build_masker, word_start_table
 from femlm.models.load import check_compatible, construct_model, load_masked_lm, load_tokenizer
 from femlm.models.resolve import ResolvedModel, resolve_masked_lm, resolve_scratch
@@ -23,6 +24,11 @@ def resolve_model(cfg: Any, run_dir: Path, dist: DistInfo) -> ResolvedModel:
     pretrain-scratch builds a config (and trains a WordPiece vocabulary when `model.tokenizer` is null)."""
     mcfg = cfg.model
     if cfg.command == "continual-pretrain":
+        if mcfg.name_or_path is None:
+            raise UserError(f"model={mcfg.name} names no checkpoint (model.name_or_path is unset): continual "
+                            "pre-training continues one; give model.name_or_path=<checkpoint directory or Hub id>, "
+                            "e.g. a pretrain-scratch run's checkpoints/final or roberta-base, or train from random "
+                            "weights with femlm pretrain-scratch")
         resolved = resolve_masked_lm(mcfg, cfg.download)
         where = f"model.name_or_path={mcfg.name_or_path}"
     else:

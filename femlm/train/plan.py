@@ -3,7 +3,8 @@
 A `--dry-run` calls it, and the real run makes the same checks through the same functions: the corpus's sources
 (an unreachable Hub corpus is one line, never a silent fall-back to the offline stand-in), the tokenizer and the
 model's config (no weights read), the masker and the batch layout, and the corpus plan: documents, tokens and
-blocks, and the passes the run would make over them (refused past trainer.max_passes).
+blocks, and the passes the run would make over them (refused past trainer.max_passes). It also prints the compute
+plan (femlm.train.estimate): training FLOPs, the memory of one micro-batch and GPU hours at an assumed MFU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from femlm.data.plan import check_passes
 from femlm.data.sources import check_sources
 from femlm.train.corpus import dry_run_plan
 from femlm.train.distributed import DistInfo
+from femlm.train.estimate import compute_plan, masked_per_row, model_shape, plan_lines
 from femlm.train.inputs import make_masker, resolve_model
 
 
@@ -25,10 +27,14 @@ def plan_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
     masker = make_masker(cfg, resolved.tokenizer)
     corpus = dry_run_plan(cfg, resolved.tokenizer)
     check_passes(corpus, cfg.trainer.max_passes)
+    shape = model_shape(resolved.config, resolved.attn_implementation, list(cfg.trainer.trainable))
+    compute = compute_plan(cfg, shape, masked_per_row(masker, resolved.tokenizer, cfg.data.block_size))
     return {
         "model": {"name": cfg.model.name, "init_from": resolved.source, **resolved.describe()},
         "masking": {"name": cfg.masking.name, "masks_per_sequence": masker.num_copies},
         "steps": cfg.trainer.max_steps,
         "corpus": corpus.as_dict(),
         "corpus_plan": corpus.lines(),
+        "compute": compute,
+        "compute_plan": plan_lines(compute),
     }

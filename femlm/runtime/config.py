@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from femlm.errors import require_choice, require_device, require_positive
+from femlm.errors import UserError, require_choice, require_device, require_positive
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 

@@ -109,6 +109,11 @@ def plot_pairs(src: Path, dec_json: dict[str, Any], path: Path, title: str) -> P
     return plot_covariance_distribution(pairs, bins, path, title)
 
 
+def _run_label(study: dict[str, Any], key: str) -> str:
+    """A decomposition run's plan label (e.g. "masking ratio 0.15 (19 of 126 tokens per copy), K = 2, 4, 6")."""
+    return str((study.get("labels") or {}).get(key) or key)
+
+
 def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -> list[str]:
     """The MiniLM study (results/study/study.json, its warm-up decomposition) beside this one (the runs named by
     ``keys``: ``terms`` for the decomposition, ``null_model`` for the null model): shapes and headline terms."""
@@ -132,8 +137,8 @@ def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -
     return ["| at the warmed-up encoder | all-MiniLM-L6-v2 (`make study`) | all-mpnet-base-v2 (`make study-base`) |",
             "|---|---|---|",
             f"| encoder | {a['model']} | {b['model']} |",
-            f"| decomposition run | 128-token blocks, tau 15 | {keys.get('terms')} |",
+            f"| decomposition run | 128-token blocks, tau 15 | {_run_label(base, keys.get('terms', ''))} |",
             f"| sigma_d2 (data term) | {a['sigma_d2']} | {b['sigma_d2']} |",
             f"| c_FE (two disjoint masks) | {a['c_fe']} | {b['c_fe']} |",
             f"| covariance fall explained by the additive null model | {a['null']} (128 tokens, tau 15) | {b['null']} "
-            f"({keys.get('null_model')}) |", ""]
+            f"({_run_label(base, keys.get('null_model', ''))}) |", ""]

@@ -165,7 +165,7 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
              f"{minutes(total)} on this machine). Details, intervals and caveats: "
              f"[{where}/README.md]({where}/README.md)._", ""]
     if not plan.get("pretrain") and out is not None:
-        base = {"encoder": data.get("encoder"),
+        base = {"encoder": data.get("encoder"), "labels": {k: v.get("label") for k, v in data["decomposition"].items()},
                 "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
                 "null_model": {k: ((v.get("json") or {}).get("null_model") or {}).get("summary")
                                for k, v in data["decomposition"].items()}}

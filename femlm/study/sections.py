@@ -296,7 +296,11 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
         numbers = (f"measured fall {fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}"
                    f", the additive model explains "
                    f"{fmt_ci(as_interval(null.get('fraction_explained'), null.get('fraction_explained_ci')), 2)}")
-        if finite_or_none(ci[0]) is not None and finite_or_none(ci[0]) > 0:
+        if d.get("null_model") == "side":
+            if null:
+                not_supported.append(f"Part 2: at {at}, Assumption 1 is not tested (the null model ran on a few "
+                                     f"sequences and masks, sized as a side number): {numbers}.")
+        elif finite_or_none(ci[0]) is not None and finite_or_none(ci[0]) > 0:
             supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
                             f"additive per-token gradients give (residual decrease above 0; {numbers}): evidence "
                             "of context interactions (Assumption 1).")

@@ -15,7 +15,7 @@ endif
 
 help:
 	@echo "make install | test | test-all | lint | bench | reproduce-tiny | reproduce-continual | reproduce-glue |"
-	@echo "     reproduce-table{1,2,3} | reproduce-figures"
+	@echo "     reproduce-table{1,2,3} | reproduce-figures | study | study-smoke | study-base | study-base-smoke"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -153,10 +153,6 @@ class MaskingCollator:
             return gen, None
         return gen, cfg.ratio_at(self.step if self.step > 0 else micro + 1, self.schedule_steps)
 
-    def next_generator(self) -> torch.Generator | None:
-        """Generator for the current call (None with ``seed=None``); advances ``micro_step``."""
-        return self.next_call()[0]
-
     # ------------------------------------------------------------------ collation
     def pad(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
         """Right-pad ``input_ids`` (and the optional per-token fields) to the longest row."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from femlm.masking import MaskingConfig, build_masker, make_generator
+from femlm.masking import MaskingConfig, make_generator, masker_for_tokenizer
 
 EVAL_MASKING = MaskingConfig(name="mlm_subword", strategy="random", granularity="subword", ratio=0.15,
                              num_masks=1, count="exact", mask_replace_prob=0.8, random_replace_prob=0.1)
@@ -34,7 +34,6 @@ class EvalSet:
 def build_eval_set(blocks: torch.Tensor, count: int, seed: int, tokenizer: Any) -> EvalSet:
     """Mask the first `count` blocks once. `blocks` is [M, L] of token ids."""
     rows = blocks[:count].long()
-    masker = build_masker(EVAL_MASKING, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                          special_ids=tokenizer.all_special_ids)
+    masker = masker_for_tokenizer(EVAL_MASKING, tokenizer)[0]
     out = masker(rows, None, make_generator(seed, 0))
     return EvalSet(out["input_ids"], out["labels"])

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from femlm.errors import UserError
-from femlm.masking import build_masker, word_start_table
+from femlm.masking import masker_for_tokenizer
 from femlm.models.load import check_compatible, construct_model, load_masked_lm, load_tokenizer
 from femlm.models.resolve import ResolvedModel, resolve_masked_lm, resolve_scratch
 from femlm.train.distributed import DistInfo, barrier, broadcast_object
@@ -112,6 +112,4 @@ def load_blocks(cfg: Any, tokenizer: Any, dist: DistInfo) -> tuple[Any, Any]:
 
 
 def make_masker(cfg: Any, tokenizer: Any) -> Any:
-    word_starts = word_start_table(tokenizer) if cfg.masking.granularity != "subword" else None
-    return build_masker(cfg.masking, mask_token_id=tokenizer.mask_token_id, vocab_size=len(tokenizer),
-                        special_ids=tokenizer.all_special_ids, word_starts=word_starts)
+    return masker_for_tokenizer(cfg.masking, tokenizer)[0]

@@ -84,7 +84,7 @@ CASES = [
     *BEFORE_HYDRA,
     # --- found when the command starts (a run directory exists for a moment and is removed) ---------------
     Case("block-size-beyond-positions", ["pretrain-scratch", *SMALL, "data.block_size=1024"],
-         ["data.block_size=1024", "512", "lower data.block_size"]),
+         ["data.block_size=1024", "512", "lower data.block_size"], mirror=True),  # scratch: a tokenizer from the corpus
     Case("download-unknown-dataset", ["download", "no_such_dataset"], ["'no_such_dataset'", "citation_intent"]),
     Case("download-checksum-mismatch", ["download", "citation_intent", "download.mirror={bad_mirror}"],
          ["checksum mismatch", "{bad_mirror}/dapt/citation_intent/dev.jsonl", "expected sha256"], mirror=True),

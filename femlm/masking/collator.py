@@ -61,7 +61,8 @@ def masker_for_tokenizer(cfg: MaskingConfig, tokenizer: Any) -> tuple[Masker, in
         special_ids=tokenizer.all_special_ids,
         word_starts=word_starts,
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.mask_token_id
+    pad = getattr(tokenizer, "pad_token_id", None)  # a tokenizer without padding pads with the mask token
+    pad = tokenizer.mask_token_id if pad is None else pad
     return masker, pad
 
 

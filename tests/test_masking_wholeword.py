@@ -127,8 +127,8 @@ def test_total_variation_is_bounded_by_the_conflict_probability() -> None:
     """The law statement of femlm.masking.wholeword, checked exactly on random small rows."""
     rng = np.random.default_rng(0)
     worse = 0
-    for _ in range(30):
-        n = int(rng.integers(3, 7))
+    for _ in range(20):
+        n = int(rng.integers(3, 6))
         word_len = rng.choice([1, 1, 1, 2, 2, 3], size=n).tolist()
         k = int(rng.integers(2, 4))
         tau = int(rng.integers(1, max(2, sum(word_len) // k + 1)))
@@ -136,7 +136,7 @@ def test_total_variation_is_bounded_by_the_conflict_probability() -> None:
         new, conflict = fe_law(word_len, tau, k)
         assert disjoint_lower_bound(mu, n, k) <= tv(new, mu) <= conflict, (word_len, tau, k)
         worse += tv(new, mu) > tv(old_fe_law(word_len, tau, k), mu)
-    assert worse <= 3  # measured: 0 of 30 rows where the new copy is further from MLM than the old one
+    assert worse == 0  # measured: of 20 rows, 13 equal, 7 closer to MLM than the old sampler, 0 further
 
 
 # ---------------------------------------------------------------------------------------------- sampler
@@ -227,7 +227,7 @@ def test_real_text_copies_follow_mlm_whole_word() -> None:
     (TV <= the conflict rate's upper bound). K = 6 (K * ratio = 0.9): conflicts are rare and the per-word masking
     probability by word length matches MLM's (two-sample z per length, Bonferroni)."""
     rows = real_rows(40)
-    mlm_hits, mlm_n, _ = inclusion_by_length(rows, 0.15, 1, 600, seed=0)
+    mlm_hits, mlm_n, _ = inclusion_by_length(rows, 0.15, 1, 300, seed=0)
     _, _, rate4 = inclusion_by_length(rows, 0.15, 4, 100, seed=1)
     assert rate4 == 0  # 4000 draws: TV < 3/4000 at 95 % (rule of three)
     hits, n, rate6 = inclusion_by_length(rows, 0.15, 6, 100, seed=2)
@@ -235,4 +235,6 @@ def test_real_text_copies_follow_mlm_whole_word() -> None:
     p, q = hits / n, mlm_hits / mlm_n
     z = (p - q) / np.sqrt(p * (1 - p) / n + q * (1 - q) / mlm_n)
     assert np.abs(z).max() < stats.norm.isf(1e-3 / 8), (p, q, z)
-    assert np.abs(p - q).max() < 0.01, (p, q)
+    # words of 1-3 tokens are ~99 % of the words: their probabilities agree to within 0.004 (measured <= 0.001);
+    # 4+-token words are too few here for an absolute bound tighter than the z-test's
+    assert np.abs(p - q)[:3].max() < 0.004, (p, q)

@@ -7,6 +7,9 @@ Pure tensor code independent of any trainer. Strategies x granularities:
 * ``fully_explored``: a uniform random partition of the maskable positions into K disjoint masks of tau
   tokens each (M_FE(tau)); each single mask is marginally uniform over M(tau) (Lemma 2, unbiased).
 * ``iid``: K independent masks (may overlap) -- isolates non-overlap from having K copies.
+* whole words: MLM takes words in a uniform order while they fit tau (Google BERT's rule); each FE copy has that
+  law exactly unless a rare "conflict" occurs, and TV <= P(conflict) always (``wholeword.py``,
+  docs/masking-laws.md).
 * granularity ``subword`` | ``whole_word`` | ``span`` (SpanBERT truncated-geometric span lengths, the same law
   for every strategy and K: segment-then-deal, see ``spans.py``); ``replacement: token | span`` (80/10/10
   per token, or per span as SpanBERT).

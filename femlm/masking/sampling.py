@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .wholeword import sample_whole_words
+
 _M64 = (1 << 64) - 1
 
 
@@ -163,8 +165,10 @@ def sample_word_spans(
     (never merged) at covered words, segment ends and the budget, so realised lengths are slightly shorter
     than ``pmf`` when masks are dense. Because budgets are equal and ties are broken by a uniformly random
     priority, the process is symmetric in the copy labels: the K masks are exchangeable (same marginal law).
-    Whole-word masking is the special case ``lengths=[1]`` (the masker's only use since span granularity
-    moved to :mod:`femlm.masking.spans`, where K does not change the span-length law).
+    With ``lengths=[1]`` and one budget this is MLM whole-word's law; with K budgets it is NOT each copy's
+    MLM law (issue 27: words of 1, 1, 2, 2 tokens, tau 2, K 3 give a 1-token word probability 1/3 per copy vs
+    1/2, and a copy under budget w.p. 1/3), so the masker now draws whole words with
+    :func:`femlm.masking.wholeword.sample_whole_words`; this function is kept for span-law comparisons.
     """
     n_words = len(word_len)
     remaining = [int(b) for b in budgets]
@@ -238,12 +242,14 @@ def select_word_level(
 ) -> torch.Tensor:
     """Whole-word selection ``BoolTensor[B, K, L]``; loops over rows (lean numpy + Python inside).
 
-    The masker uses it for ``granularity: whole_word`` (``lengths=[1]``); span granularity uses
-    :func:`femlm.masking.spans.select_spans`, whose span lengths do not depend on K. ``fully_explored`` shares one call of :func:`sample_word_spans` among K budgets of ``tau`` (disjoint
-    spans); ``random`` uses one budget; ``iid`` runs K independent single-budget calls (spans may overlap
-    across copies). Only valid tokens are ever selected.
+    The masker uses it for ``granularity: whole_word`` (``lengths=[1]``): every copy follows MLM whole-word's
+    law via :func:`femlm.masking.wholeword.sample_whole_words` -- ``random`` one MLM draw, ``iid`` K
+    independent ones (may overlap), ``fully_explored`` K disjoint copies each distributed as the MLM draw up to
+    the conflict probability stated there. Other ``lengths`` keep the anchor-and-grow :func:`sample_word_spans`
+    (span granularity before :mod:`femlm.masking.spans`; kept for comparisons). Only valid tokens are selected.
     """
     bsz, length = valid.shape
+    whole_words = len(lengths) == 1 and int(lengths[0]) == 1
     rng = numpy_rng(generator)
     valid_np = valid.cpu().numpy()
     wid_np = word_ids.cpu().numpy()
@@ -257,7 +263,12 @@ def select_word_level(
         adjacent, word_len_l = adjacent_np.tolist(), word_len.tolist()
         tau_b = int(tau_np[b])
         word_sel = np.zeros((copies, word_len.size), dtype=bool)
-        if strategy == "fully_explored":  # one shared draw: K disjoint budgets
+        if whole_words and strategy == "fully_explored":  # K disjoint copies, each (nearly) MLM's law
+            word_sel = sample_whole_words(word_len_l, tau_b, copies, rng)[None, :] == np.arange(copies)[:, None]
+        elif whole_words:  # random (K = 1) or iid: an independent MLM whole-word draw per copy
+            for k in range(copies):
+                word_sel[k] = sample_whole_words(word_len_l, tau_b, 1, rng) == 0
+        elif strategy == "fully_explored":  # one shared draw: K disjoint budgets
             for k, w0, n in sample_word_spans(word_len_l, adjacent, [tau_b] * copies, rng, lengths, pmf):
                 word_sel[k, w0 : w0 + n] = True
         else:  # random (K = 1) or iid: an independent single-budget draw per copy

@@ -40,8 +40,9 @@ class DataCollatorForFullyExploredLM(MaskingCollator):
     **Short rows** (FE mode). A row with fewer maskable tokens than ``K * max(1, tau)`` -- an empty or one-word
     line -- gets as many disjoint one-token masks as it has tokens, and its other copies are unlabelled (all
     -100), as HF leaves an all-special row unlabelled; :attr:`short_rows` counts such rows (with
-    ``count="bernoulli"``: rows with no maskable token). The K-copy mean identity then holds only approximately
-    for that batch. (femlm's own trainer refuses short rows: its blocks are full.)
+    ``count="bernoulli"``: rows with no maskable token). With whole words a word of several tokens does not fit
+    a one-token mask and stays unmasked. The K-copy mean identity then holds only approximately for that batch.
+    (femlm's own trainer refuses short rows: its blocks are full.)
 
     Arguments as in HF: ``tokenizer`` (its ``padding_side`` and pad token are honoured as in HF: left padding
     pads on the left; without a pad token a batch that needs padding, or any list of dicts, raises
@@ -83,9 +84,12 @@ class DataCollatorForFullyExploredLM(MaskingCollator):
     4. Whole words keep BERT's 80/10/10 replacement (Google BERT's choice; HF forces all-[MASK] with a warning):
        pass ``mask_replace_prob=1.0, random_replace_prob=0.0`` for HF's. Without ``offset_mapping`` words come
        from the vocabulary's markers (HF needs the offsets).
-    5. Bare id lists give ``attention_mask`` too (HF returns ``input_ids`` and ``labels`` only).
+    5. ``attention_mask`` is always returned (HF returns only ``input_ids`` and ``labels`` for bare id lists).
     6. FE mode: short rows are partly unlabelled copies (above), counted in :attr:`short_rows`.
-    7. ``mlm=False`` (causal LM) is refused: use HF's collator for it.
+    7. ``mlm=False`` (causal LM) is refused: use HF's collator for it. ``mlm_probability`` must be > 0 (HF
+       accepts 0), and ``num_masks * mlm_probability <= 1`` for FE.
+    8. Inputs HF fails on are accepted: ``offset_mapping`` of unequal lengths is padded, and a ``labels`` key in
+       the features is replaced whatever its shape (HF also replaces it, but first fails on unequal lengths).
     """
 
     def __init__(

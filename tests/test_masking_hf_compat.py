@@ -8,6 +8,7 @@ Bernoulli, 3 short rows, 4 padding side / no pad token / `return_tensors`, 5 a g
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from pathlib import Path
@@ -58,19 +59,13 @@ def hf_and_ours(tok, feats, rng_seed: int = 0, hf_kwargs: dict | None = None, **
     """HF's batch and the drop-in's on the same features from the same torch RNG state (both seed=None)."""
     from transformers import DataCollatorForLanguageModeling
 
-    with pytest.warns(UserWarning) if (hf_kwargs or {}).get("whole_word_mask") else _nothing():
+    with pytest.warns(UserWarning) if (hf_kwargs or {}).get("whole_word_mask") else contextlib.nullcontext():
         hf = DataCollatorForLanguageModeling(tok, **(hf_kwargs or {}))
     ours = DataCollatorForFullyExploredLM(tok, **ours_kwargs)
     torch.manual_seed(rng_seed)
     a = hf(copy.deepcopy(feats))
     torch.manual_seed(rng_seed)
     return a, ours(copy.deepcopy(feats)), ours
-
-
-class _nothing:
-    def __enter__(self) -> None: ...
-
-    def __exit__(self, *exc: object) -> None: ...
 
 
 def assert_rows_repeat(hf: dict, ours: dict, k: int, skip: tuple[str, ...] = ("input_ids", "labels")) -> None:
@@ -121,6 +116,9 @@ def test_ragged_unknown_keys_raise_value_error_like_hf(tok) -> None:
     for collator in (DataCollatorForLanguageModeling(tok), DataCollatorForFullyExploredLM(tok, **PARITY)):
         with pytest.raises(ValueError):
             collator(copy.deepcopy(feats))
+    partial = [tok("play walk", return_special_tokens_mask=True), tok("play")]  # HF: KeyError
+    with pytest.raises(ValueError, match="'special_tokens_mask' is missing from 1 of 2 rows"):
+        DataCollatorForFullyExploredLM(tok)(partial)
 
 
 # ---------------------------------------------------------------------------------------------- 2 whole words

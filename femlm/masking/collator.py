@@ -32,9 +32,8 @@ from .maskers import Masker, build_masker
 from .sampling import make_generator
 from .words import word_ids_from_offsets, word_start_table
 
-# Feature keys the collator reads itself; every other key is kept, stacked (``torch.tensor``) and repeated K times.
-_PER_TOKEN = ("input_ids", "attention_mask", "special_tokens_mask", "token_type_ids", "offset_mapping")
-_DROPPED = ("labels",)  # the masker writes the labels
+# Feature keys dropped (the masker writes the labels); per-token keys are padded, every other key stacked.
+_DROPPED = ("labels",)
 
 
 def sequences_per_batch(rows: int, num_masks: int) -> int:
@@ -196,14 +195,13 @@ class MaskingCollator:
 
         out = {"input_ids": field("input_ids", None, self.pad_token_id, torch.long),
                "attention_mask": field("attention_mask", 1, 0, torch.long)}
-        keys = [k for k in feats[0] if k not in ("input_ids", "attention_mask") and k not in _DROPPED]
-        for key in keys:
-            if key == "special_tokens_mask":
-                out[key] = field(key, 0, 1, torch.bool)
-            elif key == "token_type_ids":  # rows lacking it: segment A
+        for key in (k for k in feats[0] if k not in ("input_ids", "attention_mask", *_DROPPED)):
+            if key == "token_type_ids":  # rows lacking it: segment A
                 out[key] = field(key, 0, self.pad_token_type_id, torch.long)
-            elif key == "offset_mapping":
-                out[key] = field(key, (0, 0), (0, 0), torch.long)
+            elif key in ("special_tokens_mask", "offset_mapping"):  # padding is special, its offsets (0, 0)
+                _check_every_row_has(key, feats)
+                out[key] = field(key, None, 1 if key == "special_tokens_mask" else (0, 0),
+                                 torch.bool if key == "special_tokens_mask" else torch.long)
             else:
                 out[key] = _stack(key, feats)
         return out
@@ -226,12 +224,16 @@ class MaskingCollator:
         return out
 
 
-def _stack(key: str, feats: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-    """One tensor of every row's ``key`` (as HF's ``tokenizer.pad`` converts keys it does not pad)."""
+def _check_every_row_has(key: str, feats: Sequence[Mapping[str, Any]]) -> None:
     missing = sum(key not in f for f in feats)
     if missing:
         raise ValueError(f"feature key {key!r} is missing from {missing} of {len(feats)} rows; allowed: every row "
                          "has the keys of the first row")
+
+
+def _stack(key: str, feats: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+    """One tensor of every row's ``key`` (as HF's ``tokenizer.pad`` converts keys it does not pad)."""
+    _check_every_row_has(key, feats)
     values = [f[key] for f in feats]
     try:
         if isinstance(values[0], torch.Tensor):

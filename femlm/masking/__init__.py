@@ -38,7 +38,7 @@ _EXPORTS = {
     "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker", "span_starts"),
     "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
     "spans": ("placed_spans", "sample_segment_spans"),
-    "words": ("word_ids_from_starts", "word_start_table"),
+    "words": ("select_word_bernoulli", "word_ids_from_offsets", "word_ids_from_starts", "word_start_table"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

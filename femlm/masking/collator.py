@@ -30,10 +30,10 @@ import torch
 from .config import MaskingConfig, MaskingConfigError
 from .maskers import Masker, build_masker
 from .sampling import make_generator
-from .words import word_start_table
+from .words import word_ids_from_offsets, word_start_table
 
-# extra per-token inputs that are padded and repeated K times alongside input_ids, if the features have them
-_PASS_THROUGH = {"token_type_ids": 0}
+# Feature keys dropped (the masker writes the labels); per-token keys are padded, every other key stacked.
+_DROPPED = ("labels",)
 
 
 def sequences_per_batch(rows: int, num_masks: int) -> int:
@@ -49,8 +49,9 @@ def sequences_per_batch(rows: int, num_masks: int) -> int:
     return rows // num_masks
 
 
-def masker_for_tokenizer(cfg: MaskingConfig, tokenizer: Any) -> tuple[Masker, int]:
-    """(masker, pad id) of ``cfg`` for a HF tokenizer: mask id, ``len(tokenizer)``, special ids, word starts."""
+def masker_for_tokenizer(cfg: MaskingConfig, tokenizer: Any, **options: bool) -> tuple[Masker, int]:
+    """(masker, pad id) of ``cfg`` for a HF tokenizer: mask id, ``len(tokenizer)``, special ids, word starts;
+    ``options``: the :class:`Masker`'s keyword options (``given_mask_only``, ``allow_short_rows``)."""
     if tokenizer.mask_token_id is None:
         raise MaskingConfigError("tokenizer.mask_token is None; allowed: a tokenizer with a mask token")
     word_starts = word_start_table(tokenizer) if cfg.granularity != "subword" else None
@@ -60,6 +61,7 @@ def masker_for_tokenizer(cfg: MaskingConfig, tokenizer: Any) -> tuple[Masker, in
         vocab_size=len(tokenizer),
         special_ids=tokenizer.all_special_ids,
         word_starts=word_starts,
+        **options,
     )
     pad = getattr(tokenizer, "pad_token_id", None)  # a tokenizer without padding pads with the mask token
     pad = tokenizer.mask_token_id if pad is None else pad
@@ -76,7 +78,13 @@ class MaskingCollator:
     """``collator(features) -> batch``: pads dynamically, masks, returns ``B*K`` rows.
 
     ``features``: list of dicts with ``input_ids`` (list or 1-D tensor) and optionally ``attention_mask``,
-    ``special_tokens_mask`` and ``token_type_ids``; bare id lists/tensors are accepted too.
+    ``special_tokens_mask``, ``token_type_ids`` and ``offset_mapping``; bare id lists/tensors are accepted too.
+    Per-token fields are padded as a HF tokenizer's ``pad`` pads them, on ``padding_side``; the special-tokens
+    mask and the offsets are consumed (the offsets give whole-word boundaries, as in HF); a given ``labels`` is
+    replaced; every other key (e.g. ``next_sentence_label``) is stacked as given -- values of unequal lengths
+    raise ``ValueError``, as HF's ``tokenizer.pad`` does -- and each row's value repeated for its K copies.
+    ``pad_token_id=None``: no padding possible; a batch that needs it, or dict features, raise ``ValueError``
+    (HF's behaviour for a tokenizer without a pad token).
 
     Randomness: the masks of a call are drawn from ``make_generator(seed, step, rank, micro_step)``.
     A trainer calls :meth:`set_step` before each optimizer step (``micro_step`` restarts at 0 and counts
@@ -97,10 +105,13 @@ class MaskingCollator:
     ``return_indices=False`` drops ``sequence_index``/``copy_index`` for models that reject extra kwargs.
     """
 
+    padding_side = "right"  # "left" pads on the left (the drop-in reads its tokenizer's)
+    pad_token_type_id = 0  # token_type_ids of padding
+
     def __init__(
         self,
         masker: Masker,
-        pad_token_id: int,
+        pad_token_id: int | None,
         seed: int | None = 0,
         pad_to_multiple_of: int | None = None,
         return_indices: bool = True,
@@ -113,7 +124,7 @@ class MaskingCollator:
                 "the number of batches (trainer steps x gradient accumulation) the schedule spans, >= 1"
             )
         self.masker = masker
-        self.pad_token_id = int(pad_token_id)
+        self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
         self.seed = None if seed is None else int(seed)
         self.pad_to_multiple_of = pad_to_multiple_of
         self.return_indices = return_indices
@@ -156,54 +167,78 @@ class MaskingCollator:
 
     # ------------------------------------------------------------------ collation
     def pad(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
-        """Right-pad ``input_ids`` (and the optional per-token fields) to the longest row."""
+        """Pad ``input_ids`` and the per-token fields to the longest row (see the class doc); stack the rest."""
         if len(features) == 0:
             raise ValueError("MaskingCollator got an empty list of features")
+        mappings = isinstance(features[0], Mapping)
         feats = [f if isinstance(f, Mapping) else {"input_ids": f} for f in features]
         ids = [_as_list(f["input_ids"]) for f in feats]
-        length = max(len(x) for x in ids)
+        lens = [len(x) for x in ids]
+        length = max(lens)
         if self.pad_to_multiple_of:
             m = self.pad_to_multiple_of
             length = (length + m - 1) // m * m
-        lens = [len(x) for x in ids]
+        if self.pad_token_id is None and (mappings or any(n != length for n in lens)):
+            raise ValueError("the tokenizer has no pad token, so this batch cannot be padded; allowed: set "
+                             "tokenizer.pad_token (e.g. tokenizer.pad_token = tokenizer.eos_token)")
+        if self.padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side={self.padding_side!r} is invalid; allowed: right | left")
+        left = self.padding_side == "left"
 
-        def field(key: str, default: list[int] | None, fill: int, dtype: torch.dtype) -> torch.Tensor:
+        def field(key: str, default: Any, fill: Any, dtype: torch.dtype) -> torch.Tensor:
             # one torch.tensor call over padded Python lists: far cheaper than a tensor copy per row
-            rows = [
-                (_as_list(f[key]) if key in f else (default or [fill]) * n) + [fill] * (length - n)
-                for f, n in zip(feats, lens, strict=True)
-            ]
+            rows = []
+            for f, n in zip(feats, lens, strict=True):
+                row, pad = (_as_list(f[key]) if key in f else [default] * n), [fill] * (length - n)
+                rows.append(pad + row if left else row + pad)
             return torch.tensor(rows, dtype=dtype)
 
-        input_ids = torch.tensor([r + [self.pad_token_id] * (length - len(r)) for r in ids], dtype=torch.long)
-        if any("attention_mask" in f for f in feats):
-            attention = field("attention_mask", [1], 0, torch.long)
-        else:
-            attention = (torch.arange(length)[None, :] < torch.tensor(lens)[:, None]).long()
-        if any("special_tokens_mask" in f for f in feats):
-            special = field("special_tokens_mask", [0], 0, torch.bool)
-        else:
-            special = torch.zeros((len(ids), length), dtype=torch.bool)
-        extra = {  # rows lacking the field get the default (token_type 0 = segment A)
-            k: field(k, [v], v, torch.long) for k, v in _PASS_THROUGH.items() if any(k in f for f in feats)
-        }
-        return {"input_ids": input_ids, "attention_mask": attention, "special_tokens_mask": special, **extra}
+        out = {"input_ids": field("input_ids", None, self.pad_token_id, torch.long),
+               "attention_mask": field("attention_mask", 1, 0, torch.long)}
+        for key in (k for k in feats[0] if k not in ("input_ids", "attention_mask", *_DROPPED)):
+            if key == "token_type_ids":  # rows lacking it: segment A
+                out[key] = field(key, 0, self.pad_token_type_id, torch.long)
+            elif key in ("special_tokens_mask", "offset_mapping"):  # padding is special, its offsets (0, 0)
+                _check_every_row_has(key, feats)
+                out[key] = field(key, None, 1 if key == "special_tokens_mask" else (0, 0),
+                                 torch.bool if key == "special_tokens_mask" else torch.long)
+            else:
+                out[key] = _stack(key, feats)
+        return out
 
     def __call__(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
         padded = self.pad(features)
+        ids, attention = padded.pop("input_ids"), padded.pop("attention_mask")
+        special, offsets = padded.pop("special_tokens_mask", None), padded.pop("offset_mapping", None)
+        word_ids = None
+        if offsets is not None and self.masker.cfg.granularity != "subword":  # HF's word boundaries
+            word_ids = word_ids_from_offsets(offsets, ~self.masker.valid_mask(ids, attention, special))
         generator, ratio = self.next_call()
-        out = self.masker(
-            padded["input_ids"],
-            padded["attention_mask"],
-            generator,
-            special_mask=padded["special_tokens_mask"],
-            ratio=ratio,
-        )
+        out = self.masker(ids, attention, generator, special_mask=special, word_ids=word_ids, ratio=ratio)
         k = self.masker.num_copies
-        for key in _PASS_THROUGH:
-            if key in padded:
-                out[key] = padded[key].repeat_interleave(k, dim=0)
+        for key, value in padded.items():  # token_type_ids and every extra key, one value per copy
+            out[key] = value.repeat_interleave(k, dim=0)
         if not self.return_indices:
             out.pop("sequence_index")
             out.pop("copy_index")
         return out
+
+
+def _check_every_row_has(key: str, feats: Sequence[Mapping[str, Any]]) -> None:
+    missing = sum(key not in f for f in feats)
+    if missing:
+        raise ValueError(f"feature key {key!r} is missing from {missing} of {len(feats)} rows; allowed: every row "
+                         "has the keys of the first row")
+
+
+def _stack(key: str, feats: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+    """One tensor of every row's ``key`` (as HF's ``tokenizer.pad`` converts keys it does not pad)."""
+    _check_every_row_has(key, feats)
+    values = [f[key] for f in feats]
+    try:
+        if isinstance(values[0], torch.Tensor):
+            return torch.stack(values)
+        return torch.tensor(values)
+    except (ValueError, TypeError, RuntimeError) as err:
+        raise ValueError(f"feature key {key!r} cannot be stacked into one tensor ({err}); allowed: numbers or "
+                         "equal-length lists per row (pad or drop the key before the collator)") from None

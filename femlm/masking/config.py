@@ -51,8 +51,10 @@ class MaskingConfig:
         ``strategy: random`` it is forced to 1 by :meth:`validate` (documented decision: the baseline has one
         mask, so a shared sweep override of ``num_masks`` cannot silently turn the baseline into K-copy
         training).
-      count: ``exact`` (fixed-size mask set M(tau), the paper) or ``bernoulli`` (each valid token
-        independently with probability ``ratio``: Hugging Face ``DataCollatorForLanguageModeling``).
+      count: ``exact`` (fixed-size mask set M(tau), the paper) or ``bernoulli`` (each valid token -- with
+        ``whole_word`` granularity each word -- independently with probability ``ratio``: Hugging Face
+        ``DataCollatorForLanguageModeling``, with and without ``whole_word_mask``); not with
+        ``fully_explored`` or ``span``.
       mask_replace_prob / random_replace_prob: of the chosen positions, the share replaced by the mask
         token / by a uniformly random token id; the rest keep the original token (BERT's 80/10/10).
       span_p, span_min, span_max: truncated geometric law of span lengths in words (SpanBERT: 0.2, 1, 10).
@@ -153,10 +155,10 @@ class MaskingConfig:
                 "masking.count='bernoulli' is invalid with masking.strategy='fully_explored'; allowed: count=exact "
                 "(disjoint masks need a fixed size tau per copy)"
             )
-        if self.count == "bernoulli" and self.granularity != "subword":
+        if self.count == "bernoulli" and self.granularity == "span":
             raise MaskingConfigError(
-                f"masking.count='bernoulli' is invalid with masking.granularity={self.granularity!r}; "
-                "allowed: granularity=subword"
+                "masking.count='bernoulli' is invalid with masking.granularity='span'; "
+                "allowed: granularity subword | whole_word"
             )
         if self.replacement not in REPLACEMENTS:
             raise bad("replacement", self.replacement, " | ".join(REPLACEMENTS))

@@ -21,7 +21,7 @@ from .sampling import (
     truncated_geometric_pmf,
 )
 from .spans import select_spans, span_law
-from .words import word_ids_from_starts
+from .words import select_word_bernoulli, word_ids_from_starts
 
 IGNORE_INDEX = -100  # PyTorch/HF cross-entropy ignore value: unmasked positions carry no loss
 
@@ -94,8 +94,20 @@ class Masker:
     ``masker(input_ids, attention_mask, generator)`` returns a dict with ``input_ids``, ``attention_mask``,
     ``labels`` (-100 where unmasked), ``sequence_index`` and ``copy_index``, each with ``B*K`` rows.
 
-    Maskable ("valid") positions: ``attention_mask == 1`` and the id is not in ``special_ids``. Specials and
-    padding are never masked and never counted in ``n_valid``.
+    Maskable ("valid") positions: ``attention_mask == 1``, the id is not in ``special_ids`` and the given
+    ``special_mask`` (if any) is 0. Specials and padding are never masked and never counted in ``n_valid``.
+
+    Options for Hugging Face's conventions (the drop-in :class:`femlm.DataCollatorForFullyExploredLM` sets
+    both; femlm's trainer keeps the defaults):
+
+    * ``given_mask_only``: when a ``special_mask`` is given, it alone (with the attention mask) decides which
+      tokens are maskable, as HF's collator does with a ``special_tokens_mask`` -- a literal [UNK] the mask
+      leaves at 0 may then be masked. Default False: the special ids are never masked, mask given or not.
+    * ``allow_short_rows``: a row with fewer maskable tokens than ``K * max(1, tau)`` (an empty or one-word
+      line) is masked with as many disjoint masks as it allows -- ``tau = 1``, one token per copy while tokens
+      last -- and its remaining copies are left unlabelled (all -100), as HF leaves an all-special row
+      unlabelled. Default False: such a row raises :class:`MaskingError` (femlm's pre-training blocks are
+      full, so a short row there is a bug). Either way ``short_rows`` counts them (see :meth:`select`).
     """
 
     def __init__(
@@ -105,8 +117,14 @@ class Masker:
         vocab_size: int,
         special_ids: Iterable[int] = (),
         word_starts: torch.Tensor | None = None,
+        *,
+        given_mask_only: bool = False,
+        allow_short_rows: bool = False,
     ) -> None:
         self.cfg = cfg.validate()
+        self.given_mask_only = bool(given_mask_only)
+        self.allow_short_rows = bool(allow_short_rows)
+        self.short_rows = 0  # rows seen with fewer maskable tokens than K * max(1, tau) (0 maskable with bernoulli)
         self.mask_token_id = int(mask_token_id)
         self.vocab_size = int(vocab_size)
         self.special_ids = torch.tensor(sorted({int(i) for i in special_ids}), dtype=torch.long)
@@ -132,7 +150,7 @@ class Masker:
         valid = torch.ones_like(input_ids, dtype=torch.bool)
         if attention_mask is not None:
             valid &= attention_mask.bool()
-        if self.special_ids.numel():
+        if self.special_ids.numel() and not (self.given_mask_only and special_mask is not None):
             valid &= ~torch.isin(input_ids, self.special_ids.to(input_ids.device))
         if special_mask is not None:
             valid &= ~special_mask.bool()
@@ -173,24 +191,39 @@ class Masker:
         word_ids: torch.Tensor | None = None,
         ratio: float | None = None,
     ) -> torch.Tensor:
-        """BoolTensor[B, K, L]: which positions each copy masks (no replacement applied)."""
+        """BoolTensor[B, K, L]: which positions each copy masks (no replacement applied).
+
+        Adds to ``short_rows`` the rows with fewer maskable tokens than ``K * max(1, tau)`` (with ``count:
+        bernoulli``: rows with none); with ``allow_short_rows`` they get ``tau = 1`` (see the class doc).
+        """
         cfg = self.cfg
         k = self.num_copies
         valid = self.valid_mask(input_ids, attention_mask, special_mask)
-        if cfg.count == "bernoulli":
-            return select_subword_bernoulli(valid, self.resolve_ratio(ratio), k, generator)
         n_valid = valid.sum(dim=1)
+        if cfg.count == "bernoulli":
+            self.short_rows += int((n_valid == 0).sum())
+            if cfg.granularity == "subword":
+                return select_subword_bernoulli(valid, self.resolve_ratio(ratio), k, generator)
+            return select_word_bernoulli(self._word_ids(input_ids, valid, word_ids), valid,
+                                         self.resolve_ratio(ratio), k, generator)
         tau = self.budget(n_valid, ratio)
-        self.check_fits(n_valid, tau)
+        short = n_valid < k * tau.clamp(min=1)
+        if not self.allow_short_rows:
+            self.check_fits(n_valid, tau)
+        elif k > 1 and short.any():  # one token per copy while tokens last; the samplers leave the rest empty
+            tau = torch.where(short & (n_valid > 0), torch.ones_like(tau), tau)
+        self.short_rows += int(short.sum())
         if cfg.granularity == "subword":
-            return select_subword_exact(valid, tau, k, cfg.strategy, generator)
-        if word_ids is None:
-            word_ids = word_ids_from_starts(input_ids, self.word_starts, ~valid)
+            return select_subword_exact(valid, tau, k, cfg.strategy, generator) & valid[:, None, :]
+        word_ids = self._word_ids(input_ids, valid, word_ids)
         if cfg.granularity == "span":
             return select_spans(word_ids, valid, tau, k, cfg.strategy, self.span_law, generator)
         return select_word_level(
             word_ids, valid, tau, k, cfg.strategy, self.span_lengths, self.span_pmf, generator
         )
+
+    def _word_ids(self, input_ids: torch.Tensor, valid: torch.Tensor, word_ids: torch.Tensor | None) -> torch.Tensor:
+        return word_ids_from_starts(input_ids, self.word_starts, ~valid) if word_ids is None else word_ids
 
     def __call__(
         self,

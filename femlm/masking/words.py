@@ -84,3 +84,45 @@ def word_ids_from_starts(
     starts = starts | special_mask | after_special
     starts[:, 0] = True
     return starts.long().cumsum(dim=1) - 1
+
+
+def word_ids_from_offsets(offsets: torch.Tensor, special_mask: torch.Tensor) -> torch.Tensor:
+    """LongTensor[B, L] of word ids from a fast tokenizer's ``offset_mapping`` ``[B, L, 2]``: Hugging Face's rule.
+
+    As ``DataCollatorForLanguageModeling(whole_word_mask=True)`` reads words: a token starts a word when its
+    start differs from the previous token's end (a gap: a space) or the previous token is special; special
+    tokens and padding (``special_mask``) are words of their own. Same id convention as
+    :func:`word_ids_from_starts`.
+    """
+    special_mask = special_mask.bool()
+    start, end = offsets[..., 0], offsets[..., 1]
+    prev_end = torch.full_like(end, -1)
+    prev_end[:, 1:] = end[:, :-1]
+    after_special = torch.zeros_like(special_mask)
+    after_special[:, 1:] = special_mask[:, :-1]
+    starts = special_mask | after_special | (start != prev_end)
+    starts[:, 0] = True
+    return starts.long().cumsum(dim=1) - 1
+
+
+def select_word_bernoulli(
+    word_ids: torch.Tensor, valid: torch.Tensor, ratio: float, copies: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Bernoulli over whole words (Hugging Face's whole-word masking): ``BoolTensor[B, copies, L]``.
+
+    The first maskable token of every word is drawn with probability ``ratio`` in one ``torch.bernoulli`` over
+    ``[B*copies, L]`` (every other position has probability 0), and a drawn word is masked whole -- the draw,
+    shape and order of HF's ``torch_mask_tokens`` with ``whole_word_mask=True``, so with the same word ids and
+    generator state the selection is identical.
+    """
+    bsz, length = valid.shape
+    rows = valid.repeat_interleave(copies, dim=0)
+    wid = word_ids.repeat_interleave(copies, dim=0).to(valid.device)
+    prev = torch.full_like(wid, -1)
+    prev[:, 1:] = wid[:, :-1]
+    first = rows & (wid != prev)
+    dev = generator.device
+    prob = torch.full(rows.shape, float(ratio), device=dev).masked_fill_(~first.to(dev), 0.0)
+    chosen = torch.bernoulli(prob, generator=generator).bool().to(valid.device)
+    hits = torch.zeros(rows.shape, dtype=torch.long, device=valid.device).scatter_add_(1, wid, chosen.long())
+    return (hits.gather(1, wid).bool() & rows).view(bsz, copies, length)

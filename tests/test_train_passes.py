@@ -111,12 +111,12 @@ def _rank_rows(rank: int, init_file: str, out_dir: str) -> None:
 
 
 def rank_core(info: DistInfo):
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
     from femlm.masking import build_masker
     from femlm.runtime.config import RuntimeConfig
     from femlm.train.config import TrainerConfig
     from femlm.train.core import PretrainCore
-    from transformers import AutoConfig, AutoModelForMaskedLM
-
     from helpers.tiny import synthetic_blocks
 
     torch.manual_seed(0)

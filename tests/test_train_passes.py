@@ -48,6 +48,15 @@ def test_a_cycle_of_epochs_partitions_every_block() -> None:
         assert (covered[:, 1:-1] == 1).all() and not covered[:, [0, -1]].any()
 
 
+def test_k_masks_that_do_not_fit_a_block_are_refused_before_training() -> None:
+    from femlm.errors import UserError
+
+    cfg = MaskingConfig(name="fe_passes_subword", strategy="fully_explored_passes", num_masks=None, ratio=0.25)
+    with pytest.raises(UserError, match=r"masking.num_masks=4 is invalid for a row of 30") as err:
+        tiny_core(masking=cfg, blocks=BLOCKS)  # K 4, tau round(7.5) = 8: 32 > 30
+    assert "\n" not in str(err.value)
+
+
 def test_the_probe_redraws_with_the_visit_law_without_touching_training_masks() -> None:
     core = tiny_core(masking=passes_config(), blocks=BLOCKS)
     train, redraw = core.batch(3), core.batch(3, redraw=0)

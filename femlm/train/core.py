@@ -23,8 +23,8 @@ from torch import nn
 
 from femlm.errors import UserError
 from femlm.masking import make_generator
-from femlm.masking.config import PASSES
-from femlm.masking.passes import mask_visits
+from femlm.masking.config import PASSES, MaskingError
+from femlm.masking.passes import mask_visits, visit_selection
 from femlm.masking.sampling import mix_seed
 from femlm.models.load import param_groups
 from femlm.runtime.config import RuntimeConfig
@@ -138,6 +138,11 @@ class PretrainCore:
         self.rank_model_rows = self.rank_sequences * k
         self.micro_rows = runtime.micro_batch_size or self.rank_model_rows
         self.order = DataOrder(blocks.shape[0], seed)
+        if masker.cfg.strategy == PASSES:  # refuse K disjoint masks that do not fit a block before the first step
+            try:
+                visit_selection(masker, blocks[0].long(), seed, 0, 0, ratio=masker.cfg.peak_ratio)
+            except MaskingError as err:
+                raise UserError(str(err)) from None
         self.block_size = int(blocks.shape[1])
         self.flops = flop_counts(model)  # model FLOPs per step, for the run's compute accounting
 
@@ -190,7 +195,10 @@ class PretrainCore:
         if self.masker.cfg.strategy == PASSES:  # masks keyed by (seed, block, visit): femlm.masking.passes
             if redraw is not None:  # visit v of a cycle training never reaches: the same mask law
                 visits = visits + self.masker.cfg.num_masks * (_REDRAW_CYCLES + redraw)
-            return mask_visits(self.masker, sequences, blocks, visits, self.seed, ratio=ratio)
+            try:
+                return mask_visits(self.masker, sequences, blocks, visits, self.seed, ratio=ratio)
+            except MaskingError as err:  # e.g. K disjoint masks that do not fit a row: one line naming the key
+                raise UserError(str(err)) from None
         micro = 0 if redraw is None else _REDRAW_STREAM + redraw
         return self.masker(sequences, None, make_generator(self.seed, step, self.dist.rank, micro), ratio=ratio)
 

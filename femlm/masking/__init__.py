@@ -7,6 +7,8 @@ Pure tensor code independent of any trainer. Strategies x granularities:
 * ``fully_explored``: a uniform random partition of the maskable positions into K disjoint masks of tau
   tokens each (M_FE(tau)); each single mask is marginally uniform over M(tau) (Lemma 2, unbiased).
 * ``iid``: K independent masks (may overlap) -- isolates non-overlap from having K copies.
+* ``fully_explored_passes``: the K disjoint masks of a cycle spread over K visits of the sequence, one masked copy
+  per visit (``passes.py``: a pure function of (seed, sequence key, visit); femlm's trainer keys by block and epoch).
 * granularity ``subword`` | ``whole_word`` | ``span`` (SpanBERT truncated-geometric span lengths, the same law
   for every strategy and K: segment-then-deal, see ``spans.py``); ``replacement: token | span`` (80/10/10
   per token, or per span as SpanBERT).
@@ -32,6 +34,7 @@ _EXPORTS = {
     "collator": ("MaskingCollator", "masker_for_tokenizer", "sequences_per_batch"),
     "config": ("MaskingConfig", "MaskingConfigError", "MaskingError"),
     "hf": ("DataCollatorForFullyExploredLM",),
+    "passes": ("mask_visits", "sequence_key", "visit_selection"),
     "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker", "span_starts"),
     "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
     "spans": ("placed_spans", "sample_segment_spans"),

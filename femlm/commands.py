@@ -56,8 +56,8 @@ COMMANDS: dict[str, Command] = {
                         FINETUNE, "femlm.eval.finetune:run_finetune", "femlm.eval.finetune:plan_finetune"),
     "evaluate": Command("Score fine-tuned checkpoints, or sweep a pre-training run's checkpoints.",
                         (*FINETUNE, "evaluate"), "femlm.eval.evaluate:run_evaluate", "femlm.eval.evaluate:plan_evaluate"),
-    "analyze": Command("Gradient covariance vs Hamming distance, K-mask variance (FE vs i.i.d.), and the variance "
-                       "decomposition.",
+    "analyze": Command("Gradient covariance vs Hamming distance, K-mask variance (FE vs i.i.d.), the variance "
+                       "decomposition, and disjoint masks across passes.",
                        ("model", "domain", "data", "masking", "analysis", "runtime", "download", "logger"),
                        "femlm.analysis.run:run_analyze", "femlm.analysis.run:plan_analyze", positional="analysis.kind",
                        accepts="femlm.analysis.config:KINDS"),

@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 from femlm.errors import UserError, require_choice, require_positive
 
-KINDS = ("covariance", "variance", "both", "decomposition")
+KINDS = ("covariance", "variance", "both", "decomposition", "passes")
 METHODS = ("auto", "hooks", "vmap")
 DEFAULT_CHUNK = 16  # rows per per-example-gradient pass when runtime.micro_batch_size is null
 
 
 @dataclass
 class AnalysisConfig:
-    kind: str = "both"  # covariance | variance | both | decomposition
+    kind: str = "both"  # covariance | variance | both | decomposition | passes
     sequences: int = 8  # the fixed mini-batch of sequences (validation blocks of data.block_size)
     tau: int = 128  # masked tokens per mask for the covariance study (the paper: 128 of 512)
     # tau of the K-mask variance study; None: min(tau, n // max(num_masks)) so that every K fits disjointly
@@ -44,6 +44,9 @@ class AnalysisConfig:
     sketch_dim: int = 4096  # CountSketch size for cross-sequence inner products (0: exact, stores pool x P floats)
     null_groups: int = 8  # groups of i.i.d. masks per sequence estimating the additive model (null model)
     null_group_size: int = 16  # masks per group (all pairs in a group are used)
+    # ---- kind=passes (femlm/analysis/passes.py): a cycle of K visits of one sequence, disjoint vs independent masks;
+    # uses pool (sequences), draws (cycles per sequence and arm, >= 2; also the decomposition's draws), reference,
+    # num_masks (K), ratio / variance_tau (tau), sketch_dim and bootstrap.
 
     def validate(self) -> None:
         require_choice("analysis", "kind", self.kind, KINDS)
@@ -69,6 +72,13 @@ class AnalysisConfig:
         require_choice("analysis", "method", self.method, METHODS)
         if self.kind == "decomposition":
             self._validate_decomposition()
+        if self.kind == "passes":
+            require_positive("analysis", self, "draws")
+            if self.draws < 2 or self.pool < 2:
+                raise UserError(f"analysis.draws={self.draws}, analysis.pool={self.pool}: kind=passes needs at least "
+                                "2 cycles per sequence (a sample variance) and 2 sequences (the bootstrap's unit)")
+            if self.sketch_dim < 0:
+                raise UserError(f"analysis.sketch_dim={self.sketch_dim}: 0 (exact) or a positive integer")
 
     def _validate_decomposition(self) -> None:
         require_positive("analysis", self, "batch_rows", "draws", "null_groups")

@@ -11,7 +11,8 @@ and ``variance.md`` (per K), ``covariance_distribution.png`` (Figure 2), ``covar
 Var_FE / Var_iid per K with intervals, cost, wall time, model, hardware). With ``results_dir`` set, the
 same files are copied to ``<results_dir>/analysis_<domain>_<model>_<panel>/``. Kind ``decomposition`` (data vs
 mask variance of the batch gradient, and Assumption 1 against an additive null model) is
-`femlm.analysis.decomposition_run`.
+`femlm.analysis.decomposition_run`; kind ``passes`` (disjoint masks across passes: the variance of a cycle's
+summed gradient) is `femlm.analysis.passes_run`.
 
 Cost (forward + backward passes of one sequence, see `studies`): covariance ``S (J + 2 budget)``,
 variance ``S (J + 2 budget max(K))`` (J reference masks are shared when both studies use the same tau).
@@ -37,6 +38,7 @@ from .decomposition_run import analyze_decomposition
 from .figures import plot_covariance_distribution, plot_covariance_vs_hamming, plot_variance
 from .gradients import MaskedLMGradients
 from .masks import valid_positions
+from .passes_run import analyze_passes
 from .studies import (
     covariance_cost,
     covariance_study,
@@ -123,6 +125,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     acfg = cfg.analysis
     if acfg.kind == "decomposition":
         return analyze_decomposition(cfg, run, model, tokenizer, input_ids, model_info, extra)
+    if acfg.kind == "passes":
+        return analyze_passes(cfg, run, model, tokenizer, input_ids, model_info, extra)
     start = time.time()
     device = pick_device(cfg.runtime.device)
     chunk = cfg.runtime.micro_batch_size or DEFAULT_CHUNK
@@ -219,6 +223,8 @@ def _sequences(cfg: Any, tokenizer: Any) -> tuple[torch.Tensor, list[int]]:
     """The validation blocks an analysis studies: the decomposition's pool, or the fixed mini-batch."""
     if cfg.analysis.kind == "decomposition":
         return load_sequences(cfg, tokenizer, max(cfg.analysis.pool, cfg.analysis.sequences))
+    if cfg.analysis.kind == "passes":
+        return load_sequences(cfg, tokenizer, cfg.analysis.pool)
     return load_sequences(cfg, tokenizer)
 
 
@@ -232,7 +238,7 @@ def plan_analyze(cfg: Any, run: Any) -> dict[str, Any]:
 
 
 def run_analyze(cfg: Any, run: Any) -> dict[str, Any]:
-    """`femlm analyze {covariance,variance,both,decomposition}`: the entry point the CLI calls."""
+    """`femlm analyze {covariance,variance,both,decomposition,passes}`: the entry point the CLI calls."""
     configure_process(cfg.runtime)
     check_sources(cfg.domain, cfg.download)
     tokenizer, model, info = load_model(cfg)

@@ -10,6 +10,8 @@ Pure tensor code independent of any trainer. Strategies x granularities:
 * whole words: MLM takes words in a uniform order while they fit tau (Google BERT's rule); each FE copy has that
   law exactly unless a rare "conflict" occurs, and TV <= P(conflict) always (``wholeword.py``,
   docs/masking-laws.md).
+* ``fully_explored_passes``: the K disjoint masks of a cycle spread over K visits of the sequence, one masked copy
+  per visit (``passes.py``: a pure function of (seed, sequence key, visit); femlm's trainer keys by block and epoch).
 * granularity ``subword`` | ``whole_word`` | ``span`` (SpanBERT truncated-geometric span lengths, the same law
   for every strategy and K: segment-then-deal, see ``spans.py``); ``replacement: token | span`` (80/10/10
   per token, or per span as SpanBERT).
@@ -35,6 +37,7 @@ _EXPORTS = {
     "collator": ("MaskingCollator", "masker_for_tokenizer", "sequences_per_batch"),
     "config": ("MaskingConfig", "MaskingConfigError", "MaskingError"),
     "hf": ("DataCollatorForFullyExploredLM",),
+    "passes": ("mask_visits", "sequence_key", "visit_selection"),
     "maskers": ("IGNORE_INDEX", "Masker", "apply_replacement", "build_masker", "span_starts"),
     "sampling": ("make_generator", "mask_budget", "sample_word_spans", "truncated_geometric_pmf"),
     "spans": ("placed_spans", "sample_segment_spans"),

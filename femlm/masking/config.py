@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STRATEGIES = ("random", "fully_explored", "iid")
+PASSES = "fully_explored_passes"  # K disjoint masks per sequence and cycle, one per visit (femlm.masking.passes)
+STRATEGIES = ("random", "fully_explored", "iid", PASSES)
 GRANULARITIES = ("subword", "whole_word", "span")
 COUNTS = ("exact", "bernoulli")
 REPLACEMENTS = ("token", "span")
@@ -21,6 +22,10 @@ RATIO_SCHEDULES = ("constant", "linear")
 
 # Tolerance for ``num_masks * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
 _EPS = 1e-9
+
+
+def _ratio_ok(ratio: Any) -> bool:
+    return isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and math.isfinite(ratio) and 0 < ratio <= 1
 
 
 class MaskingConfigError(ValueError):
@@ -39,7 +44,8 @@ class MaskingConfig:
       name: free label used in run names and logs.
       strategy: ``random`` (one mask per sequence, the MLM baseline), ``fully_explored`` (K disjoint masks,
         M_FE of the paper) or ``iid`` (K independent masks that may overlap: the control isolating
-        non-overlap from merely having K copies).
+        non-overlap from merely having K copies) or ``fully_explored_passes`` (the K disjoint masks of a cycle
+        of K visits of the sequence, one masked copy per visit: mask k at the k-th visit; femlm.masking.passes).
       granularity: ``subword`` (tokens), ``whole_word`` (all pieces of a word together) or ``span``
         (SpanBERT: geometric span lengths in words).
       ratio: masking ratio; each mask holds tau = round_half_up(ratio * n_valid) tokens, at least 1. With a
@@ -50,11 +56,12 @@ class MaskingConfig:
       num_masks: K, the number of masks (masked copies) per sequence -- the paper's "number of splits". For
         ``strategy: random`` it is forced to 1 by :meth:`validate` (documented decision: the baseline has one
         mask, so a shared sweep override of ``num_masks`` cannot silently turn the baseline into K-copy
-        training).
+        training). For ``fully_explored_passes`` it is the number of visits per cycle (masks per partition);
+        null there means floor(1 / ratio) at the schedule's peak, the most disjoint masks the ratio allows.
       count: ``exact`` (fixed-size mask set M(tau), the paper) or ``bernoulli`` (each valid token -- with
         ``whole_word`` granularity each word -- independently with probability ``ratio``: Hugging Face
         ``DataCollatorForLanguageModeling``, with and without ``whole_word_mask``); not with
-        ``fully_explored`` or ``span``.
+        ``fully_explored``, ``fully_explored_passes`` or ``span``.
       mask_replace_prob / random_replace_prob: of the chosen positions, the share replaced by the mask
         token / by a uniformly random token id; the rest keep the original token (BERT's 80/10/10).
       span_p, span_min, span_max: truncated geometric law of span lengths in words (SpanBERT: 0.2, 1, 10).
@@ -68,7 +75,7 @@ class MaskingConfig:
     ratio: float = 0.15
     ratio_schedule: str = "constant"
     ratio_final: float | None = None
-    num_masks: int = 1
+    num_masks: int | None = 1
     count: str = "exact"
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
@@ -79,8 +86,9 @@ class MaskingConfig:
 
     @property
     def num_copies(self) -> int:
-        """K, the number of masked rows emitted per input sequence (1 for the random baseline)."""
-        return 1 if self.strategy == "random" else int(self.num_masks)
+        """The number of masked rows emitted per input sequence: K, or 1 for the random baseline and for
+        ``fully_explored_passes`` (one copy per visit; its K masks are spread over K visits)."""
+        return 1 if self.strategy in ("random", PASSES) else int(self.num_masks)
 
     @property
     def peak_ratio(self) -> float:
@@ -112,8 +120,12 @@ class MaskingConfig:
             raise bad("granularity", self.granularity, " | ".join(GRANULARITIES))
         if self.count not in COUNTS:
             raise bad("count", self.count, " | ".join(COUNTS))
+        if self.num_masks is None and self.strategy == PASSES:
+            self._validate_schedule()
+            self.num_masks = max(1, math.floor(1.0 / self.peak_ratio + _EPS)) if _ratio_ok(self.ratio) else 1
         if isinstance(self.num_masks, bool) or not isinstance(self.num_masks, int):
-            raise bad("num_masks", self.num_masks, "an integer >= 1")
+            allowed = "an integer >= 1" + (" or null (floor(1 / ratio))" if self.strategy == PASSES else "")
+            raise bad("num_masks", self.num_masks, allowed)
         if self.num_masks < 1:
             raise bad("num_masks", self.num_masks, "an integer >= 1")
         if self.strategy == "random":
@@ -150,10 +162,16 @@ class MaskingConfig:
                 f"masking.span_min={self.span_min} > masking.span_max={self.span_max} is invalid; "
                 "allowed: 1 <= span_min <= span_max"
             )
-        if self.count == "bernoulli" and self.strategy == "fully_explored":
+        if self.count == "bernoulli" and self.strategy in ("fully_explored", PASSES):
             raise MaskingConfigError(
-                "masking.count='bernoulli' is invalid with masking.strategy='fully_explored'; allowed: count=exact "
+                f"masking.count='bernoulli' is invalid with masking.strategy={self.strategy!r}; allowed: count=exact "
                 "(disjoint masks need a fixed size tau per copy)"
+            )
+        if self.strategy == PASSES and self.ratio_schedule != "constant" and self.granularity != "subword":
+            raise MaskingConfigError(
+                f"masking.ratio_schedule={self.ratio_schedule!r} is invalid with masking.strategy={PASSES!r} and "
+                f"masking.granularity={self.granularity!r}; allowed: ratio_schedule=constant, or granularity=subword "
+                "(whole words and spans are dealt in windows of one tau per cycle)"
             )
         if self.count == "bernoulli" and self.granularity == "span":
             raise MaskingConfigError(

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from .config import MaskingConfig, MaskingError
+from .config import PASSES, MaskingConfig, MaskingError
 from .sampling import (
     mask_budget,
     select_subword_bernoulli,
@@ -197,6 +197,11 @@ class Masker:
         bernoulli``: rows with none); with ``allow_short_rows`` they get ``tau = 1`` (see the class doc).
         """
         cfg = self.cfg
+        if cfg.strategy == PASSES:
+            raise MaskingError(
+                f"masking.strategy={PASSES!r} masks a row by its sequence key and visit, not by a batch generator: "
+                "femlm's trainer supports it (femlm.masking.passes.mask_visits); this collator does not yet"
+            )
         k = self.num_copies
         valid = self.valid_mask(input_ids, attention_mask, special_mask)
         n_valid = valid.sum(dim=1)

@@ -4,7 +4,8 @@ Step `s` (1-based: the s-th optimizer update) is a pure function of (seed, s, ra
   * data: global sequence positions [(s-1)*S, s*S) of an endless stream whose epoch e is
     `randperm(n_blocks)` seeded by (seed, e); rank r takes its 1/W slice. No iterator state to save.
   * masks: `make_generator(seed, s, rank)`; one masker call per step covers all of the rank's rows, so the
-    masks do not depend on `micro_batch_size`.
+    masks do not depend on `micro_batch_size`. `fully_explored_passes` keys each row's mask by (seed, block,
+    visit) instead, the visit being the epoch in which the block is read: no rank or step enters.
   * loss: token mean over every masked token of the global batch. Micro-batches and ranks return sums,
     scaled by world_size / (masked tokens of the whole global batch) before backward, so DDP's gradient
     average and accumulation give exactly that mean.
@@ -22,6 +23,8 @@ from torch import nn
 
 from femlm.errors import UserError
 from femlm.masking import make_generator
+from femlm.masking.config import PASSES, MaskingError
+from femlm.masking.passes import mask_visits, visit_selection
 from femlm.masking.sampling import mix_seed
 from femlm.models.load import param_groups
 from femlm.runtime.config import RuntimeConfig
@@ -34,6 +37,9 @@ from femlm.train.evaluation import EvalSet
 from femlm.train.flops import flop_counts
 from femlm.train.objective import MaskedLMObjective
 from femlm.train.positions import GrowingPadding, LabelPositions
+
+_REDRAW_STREAM = 1_000_000  # micro_step of redrawn masks (the variance probe): training uses micro_step 0
+_REDRAW_CYCLES = 1 << 40  # fully_explored_passes: redraws use cycles from here on, far past any real run
 
 _SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
 
@@ -62,13 +68,18 @@ class DataOrder:
         return self._cache[e]
 
     def take(self, start: int, count: int) -> torch.Tensor:
+        return self.locate(start, count)[0]
+
+    def locate(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block index, epoch) of stream positions [start, start + count): the epoch is the pass over the
+        corpus, i.e. the visit index of the block (each epoch reads every block once)."""
         positions = torch.arange(start, start + count)
         epochs, offsets = positions // self.n, positions % self.n
         out = torch.empty(count, dtype=torch.long)
         for e in epochs.unique().tolist():
             sel = epochs == e
             out[sel] = self.epoch(e)[offsets[sel]]
-        return out
+        return out, epochs
 
 
 @dataclass
@@ -127,6 +138,11 @@ class PretrainCore:
         self.rank_model_rows = self.rank_sequences * k
         self.micro_rows = runtime.micro_batch_size or self.rank_model_rows
         self.order = DataOrder(blocks.shape[0], seed)
+        if masker.cfg.strategy == PASSES:  # refuse K disjoint masks that do not fit a block before the first step
+            try:
+                visit_selection(masker, blocks[0].long(), seed, 0, 0, ratio=masker.cfg.peak_ratio)
+            except MaskingError as err:
+                raise UserError(str(err)) from None
         self.block_size = int(blocks.shape[1])
         self.flops = flop_counts(model)  # model FLOPs per step, for the run's compute accounting
 
@@ -158,19 +174,33 @@ class PretrainCore:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
+    def visits(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(block index, visit) of this rank's sequences for optimizer step `step`: the visit is the epoch."""
+        start = (step - 1) * self.step_sequences + self.dist.rank * self.rank_sequences
+        return self.order.locate(start, self.rank_sequences)
+
     def sequences(self, step: int) -> torch.Tensor:
         """This rank's unmasked input blocks [rank_sequences, L] for optimizer step `step`."""
-        start = (step - 1) * self.step_sequences + self.dist.rank * self.rank_sequences
-        return self.blocks[self.order.take(start, self.rank_sequences)].long()
+        return self.blocks[self.visits(step)[0]].long()
 
     def mask_ratio(self, step: int) -> float:
         """The masking ratio of step `step` (masking.ratio_schedule): a pure function of the step, like the masks."""
         return self.masker.cfg.ratio_at(step, self.max_steps)
 
-    def batch(self, step: int) -> dict[str, torch.Tensor]:
-        """This rank's masked rows for step `step` (CPU tensors)."""
-        return self.masker(self.sequences(step), None, make_generator(self.seed, step, self.dist.rank, 0),
-                           ratio=self.mask_ratio(step))
+    def batch(self, step: int, redraw: int | None = None) -> dict[str, torch.Tensor]:
+        """This rank's masked rows for step `step` (CPU tensors). `redraw` i (the variance probe) draws the
+        masks again from a stream training never uses, with the same law."""
+        blocks, visits = self.visits(step)
+        sequences, ratio = self.blocks[blocks].long(), self.mask_ratio(step)
+        if self.masker.cfg.strategy == PASSES:  # masks keyed by (seed, block, visit): femlm.masking.passes
+            if redraw is not None:  # visit v of a cycle training never reaches: the same mask law
+                visits = visits + self.masker.cfg.num_masks * (_REDRAW_CYCLES + redraw)
+            try:
+                return mask_visits(self.masker, sequences, blocks, visits, self.seed, ratio=ratio)
+            except MaskingError as err:  # e.g. K disjoint masks that do not fit a row: one line naming the key
+                raise UserError(str(err)) from None
+        micro = 0 if redraw is None else _REDRAW_STREAM + redraw
+        return self.masker(sequences, None, make_generator(self.seed, step, self.dist.rank, micro), ratio=ratio)
 
     def _to_device(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
         attention = rows["attention_mask"][start:stop]

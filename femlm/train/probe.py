@@ -19,10 +19,6 @@ from typing import Any
 
 import torch
 
-from femlm.masking import make_generator
-
-_PROBE_STREAM = 1_000_000  # micro_step offset: training uses micro_step 0
-
 
 def probe_parameters(model: torch.nn.Module, patterns: list[str] | None) -> list[torch.nn.Parameter]:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -36,14 +32,12 @@ def gradient_variance(core: Any, step: int, remasks: int, patterns: list[str] | 
     """Run the probe for optimizer step `step` on this rank's batch (no collectives, no .grad writes)."""
     objective = core.objective
     params = probe_parameters(objective.model, patterns)
-    sequences = core.sequences(step)
     grads = []
     was_training = objective.training
     objective.eval()
     try:
         for i in range(remasks):
-            rows = core.masker(sequences, None, make_generator(core.seed, step, core.dist.rank, _PROBE_STREAM + i),
-                               ratio=core.mask_ratio(step))
+            rows = core.batch(step, redraw=i)
             count = float((rows["labels"] != -100).sum())
             flat = None
             for start in range(0, rows["labels"].shape[0], core.micro_rows):

@@ -1,0 +1,19 @@
+"""`make study-passes` (femlm/conf/experiment/study_passes.yaml, issue 28 item 3): a plan within its 3-hour budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from femlm import CONF_DIR
+from femlm.study.plan import build_steps, check_plan, load_plan, planned_minutes
+
+
+def test_the_passes_study_plan_builds_within_its_budget() -> None:
+    plan = load_plan(name="study_passes")
+    check_plan(plan)
+    steps = build_steps(plan, Path("runs"))
+    assert planned_minutes(steps) <= plan["estimate"]["budget_minutes"] == 180
+    arms = plan["pretrain"]["arms"]
+    assert arms == ["mlm_subword", "fe_passes_subword", "fe_subword"] and len(plan["pretrain"]["seeds"]) >= 5
+    assert all((Path(CONF_DIR) / "masking" / f"{arm}.yaml").is_file() for arm in arms)
+    assert sum(s.part == "pretrain" for s in steps) == 3 * 5 and not any(s.part == "decomposition" for s in steps)

@@ -23,7 +23,7 @@ from torch import nn
 from femlm.errors import UserError
 from femlm.masking import make_generator
 from femlm.masking.sampling import mix_seed
-from femlm.models.load import param_groups
+from femlm.models.optim import param_groups
 from femlm.runtime.config import RuntimeConfig
 from femlm.runtime.device import pick_precision
 from femlm.runtime.host_memory import keep_freed_memory

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,11 @@ def write_csv(path: Path, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
 
 
 def finite(value: Any) -> Any:
-    """Replace NaN/inf (a diverged loss) by None, recursively: JSON has no NaN and readers choke on it."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """Replace NaN/inf (a diverged loss) by None, recursively: JSON has no NaN and readers choke on it. Numpy
+    floats become Python floats (the same JSON text)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        number = float(value)
+        return number if math.isfinite(number) else None
     if isinstance(value, dict):
         return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -9,7 +9,7 @@ own dropout masks, so the two sides' losses differ by dropout noise (tests/test_
 without dropout).
 
 Usage: python benchmarks/bench_compile.py [--shape tiny] [--steps 10] [--warmup 2] [--threads 2]
-       [--masking fe_subword|mlm_subword|mlm_bernoulli]
+       [--masking fe_subword|mlm_subword|mlm_bernoulli] [--smoke]
 The last line is `step s eager=<a> compiled=<b> ratio=<compiled/eager>`.
 """
 
@@ -48,7 +48,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (the compilation)")
     parser.add_argument("--masking", choices=sorted(MASKINGS), default="fe_subword")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("FEMLM_BENCH_THREADS", os.cpu_count() or 1)))
+    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 1 + 1 steps: checks it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.shape, args.steps, args.warmup = "smoke", 1, 1
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     from torch._dynamo.utils import counters

@@ -1,6 +1,7 @@
 """Corpus preparation at scale, and training start on a prepared corpus: femlm vs a run_mlm.py-style pipeline.
 
     .venv/bin/python benchmarks/bench_corpus.py [--size-gb 1.0] [--procs 2] [--work-dir /tmp/femlm-bench-corpus]
+        [--smoke]  (a 1 MB corpus, one process, in a temporary directory: checks every part runs)
 
 1. Generates a synthetic corpus of ``--size-gb`` GB of text (Zipf-distributed words of the bert-base-uncased
    vocabulary, documents of log-normal length) as 20 jsonl shards; reused when already there.
@@ -141,6 +142,7 @@ def child_train(files: list[str], cache: Path) -> dict:
     from femlm.data.config import DomainConfig, DownloadConfig
     from femlm.data.prepare import prepare_corpus
     from femlm.masking import MaskingConfig, build_masker
+    from femlm.runtime.config import RuntimeConfig
     from femlm.train.config import TrainerConfig
     from femlm.train.core import PretrainCore
 
@@ -154,8 +156,9 @@ def child_train(files: list[str], cache: Path) -> dict:
     config = AutoConfig.for_model("bert", vocab_size=30522, hidden_size=128, num_hidden_layers=2,
                                   num_attention_heads=2, intermediate_size=512, max_position_embeddings=BLOCK)
     masker = build_masker(MaskingConfig(), 103, 30522, [0, 100, 101, 102, 103])
-    tcfg = TrainerConfig(batch_size=8, max_steps=10, precision="fp32")
-    core = PretrainCore(AutoModelForMaskedLM.from_config(config), masker, corpus.train, tcfg, seed=0)
+    tcfg = TrainerConfig(batch_size=8, max_steps=10)
+    core = PretrainCore(AutoModelForMaskedLM.from_config(config), masker, corpus.train, tcfg,
+                        RuntimeConfig(precision="fp32"), seed=0)
     built = time.time()
     core.step(1)
     done = time.time()
@@ -233,7 +236,15 @@ def main() -> None:
     parser.add_argument("--files", nargs="*", default=[])
     parser.add_argument("--cache", type=Path)
     parser.add_argument("--repeats", type=int, default=1, help="preparations per side; the fastest is reported")
+    parser.add_argument("--smoke", action="store_true", help="a 1 MB corpus, one process, in a temporary directory")
     args = parser.parse_args()
+    if args.smoke:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="femlm-bench-corpus-") as tmp:
+            args.size_gb, args.procs, args.repeats, args.work_dir = 0.001, 1, 1, Path(tmp)
+            measure(args)
+        return
     if args.child == "femlm":
         print(json.dumps(child_femlm(args.files, args.cache, args.procs)))
         return
@@ -243,7 +254,10 @@ def main() -> None:
     if args.child == "train":
         print(json.dumps(child_train(args.files, args.cache)))
         return
+    measure(args)
 
+
+def measure(args: argparse.Namespace) -> None:
     corpus_dir = args.work_dir / f"corpus-{args.size_gb:g}gb"
     info = generate(corpus_dir, args.size_gb)
     files = sorted(str(p) for p in corpus_dir.glob("part-*.jsonl"))

@@ -1,6 +1,7 @@
 """Corpus preparation throughput: femlm's `prepare_blocks` vs a run_mlm.py-style pipeline, same text, same tokenizer.
 
     FEMLM_MIRROR=../shared/data .venv/bin/python benchmarks/bench_data.py [--domain cs] [--tokenizer bert-base-uncased]
+        [--smoke]
 
 * femlm cold: `prepare_blocks` end to end into an empty cache (reads and parses the mirror files, splits
   documents, tokenizes in worker processes, writes the token files; `femlm.data.prepare`). The mirror's
@@ -55,7 +56,10 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=512)
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="one repeat, one process: checks it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.repeats, args.num_proc = 1, 1
     mirror = os.environ.get("FEMLM_MIRROR") or str(Path(__file__).resolve().parents[2] / "shared" / "data")
     disable_progress_bars()
     with tempfile.TemporaryDirectory() as tmp:

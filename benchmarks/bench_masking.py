@@ -1,7 +1,7 @@
 """Micro-benchmark: masking throughput per strategy vs HF DataCollatorForLanguageModeling, and masking time
 as a share of a tiny BERT training step.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_masking.py [--sequences 256 --length 128 --threads 1]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_masking.py [--sequences 256 --length 128 --threads 1] [--smoke]
 
 All collators see the same pre-tokenised 128-token blocks (wikitext-2 valid split when the shared data mirror
 is present, random ids otherwise). Throughput counts *input* sequences per second; K-copy strategies emit K
@@ -123,7 +123,10 @@ def main() -> None:
     ap.add_argument("--step-batch", type=int, default=32)
     ap.add_argument("--step-repeats", type=int, default=3)
     ap.add_argument("--no-model", action="store_true", help="skip the training-step comparison")
+    ap.add_argument("--smoke", action="store_true", help="16 short sequences, one repeat: checks it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.sequences, args.length, args.repeats, args.step_batch, args.step_repeats = 16, 32, 1, 4, 1
     torch.set_num_threads(args.threads)
     tok = load_tokenizer()
     feats = make_features(tok, args.sequences, args.length)

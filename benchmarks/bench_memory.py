@@ -1,6 +1,6 @@
 """Memory over a long run: does a tiny pre-training hold its resident memory flat for 2,000 steps?
 
-    .venv/bin/python benchmarks/bench_memory.py [--steps 2000] [--batch 8] [--block 64] [--warmup 200]
+    .venv/bin/python benchmarks/bench_memory.py [--steps 2000] [--batch 8] [--block 64] [--warmup 200] [--smoke]
 
 Runs the real CLI (`femlm pretrain-scratch preset=tiny ...`) in a subprocess on a synthetic local corpus with a
 128-token WordPiece vocabulary (no mirror, no network), and samples the training process's resident set size
@@ -111,8 +111,11 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between RSS samples")
     parser.add_argument("--masking", default="fe_subword")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--smoke", action="store_true", help="a 30-step run: checks it runs (no verdict worth reading)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the run")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.warmup, args.eval_every, args.log_every, args.interval = 30, 5, 30, 5, 0.1
 
     with tempfile.TemporaryDirectory(prefix="femlm-bench-memory-") as tmp:
         root = Path(tmp)

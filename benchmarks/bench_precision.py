@@ -5,7 +5,7 @@ picks bf16 only where it is clearly faster. This prints that choice and its meas
 PretrainCore in each precision, one after the other, for the tiny and the BERT-base shapes: the check that the
 small measurement predicts the real step.
 
-Usage: python benchmarks/bench_precision.py [--threads 2] [--steps 4] [--shapes tiny,base]
+Usage: python benchmarks/bench_precision.py [--threads 2] [--steps 4] [--shapes tiny,base] [--smoke]
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--shapes", default="tiny,base")
+    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 1 step: checks it runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.shapes, args.steps = "smoke", 1
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     choice = cpu_choice()

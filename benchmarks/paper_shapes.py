@@ -6,6 +6,7 @@ This proves the paper's shapes run end to end (position limits incl. RoBERTa's 5
 FE masking at n=512); it is not a throughput benchmark.
 
 Usage: FEMLM_MIRROR=/path/to/shared/data python benchmarks/paper_shapes.py [--rows 4] [--steps 3] [--threads 2]
+       [--smoke]  (BERT-base only, one step on 64-token blocks: checks the path runs, in seconds)
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
-def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: Path) -> None:
+def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: Path, seq: int = 512) -> None:
     from femlm.train import inputs
     from femlm.train.core import PretrainCore
 
     # The paper's model at its true shape, built from scratch (random weights): pretrain-scratch's path.
-    cfg = config("pretrain-scratch", f"model={name}", "masking=fe_subword", "data.block_size=512",
+    cfg = config("pretrain-scratch", f"model={name}", "masking=fe_subword", f"data.block_size={seq}",
                  f"trainer.batch_size={rows}", f"trainer.max_steps={steps}", "download.offline=true")
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -52,7 +53,7 @@ def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: P
     gen = torch.Generator().manual_seed(0)
     specials = set(tokenizer.all_special_ids)
     ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in specials])
-    body = ordinary[torch.randint(len(ordinary), (16, 510), generator=gen)]
+    body = ordinary[torch.randint(len(ordinary), (16, seq - 2), generator=gen)]
     first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     last = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     blocks = torch.cat([torch.full((16, 1), first), body, torch.full((16, 1), last)], 1).to(torch.int32)
@@ -71,7 +72,7 @@ def run_shape(name: str, rows: int, steps: int, device: torch.device, workdir: P
     memory = (f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB" if device.type == "cuda"
               else f"peak RSS {peak_rss_gib():.2f} GiB")
     print(f"[{name}] {type(model).__name__} params={params / 1e6:.1f}M vocab={len(tokenizer)} "
-          f"positions={model.config.max_position_embeddings} seq=512 rows={rows} "
+          f"positions={model.config.max_position_embeddings} seq={seq} rows={rows} "
           f"(= {core.rank_sequences} sequences x K={core.masker.num_copies}) build {build_s:.1f}s")
     print(f"[{name}] step s: {' '.join(f'{t:.2f}' for t in times)} | loss: {' '.join(f'{v:.3f}' for v in losses)}"
           f" | masked/step={stats.masked_tokens} | {memory} | precision={core.amp_dtype or 'fp32'} "
@@ -85,7 +86,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--models", default="bert_base,roberta_base")
+    parser.add_argument("--smoke", action="store_true", help="BERT-base, one step of 64-token blocks")
     args = parser.parse_args()
+    seq = 512
+    if args.smoke:
+        args.models, args.steps, seq = "bert_base", 1, 64
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
@@ -99,7 +104,7 @@ def main() -> None:
     device = pick_device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            run_shape(name, args.rows, args.steps, device, Path(tmp))
+            run_shape(name, args.rows, args.steps, device, Path(tmp), seq)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Span masking on real text: span lengths (words), tokens per copy, masking throughput, per strategy and K.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/span_stats.py [--blocks 400 --draws 4 --threads 1]
+    PYTHONPATH=. .venv/bin/python benchmarks/span_stats.py [--blocks 400 --draws 4 --threads 1] [--smoke]
 
 Blocks: CS abstracts (``cs_csabstruct`` train) tokenised per document with [CLS]/[SEP] by BERT's WordPiece
 and cut into 512-token blocks, as ``femlm.data.corpus`` packs them (so blocks hold inner [CLS]/[SEP]).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -38,8 +39,9 @@ from femlm.masking import (
 )
 from femlm.masking.sampling import numpy_rng, sample_word_spans, truncated_geometric_pmf
 
-VOCAB = Path("/work/shared/data/tokenizers/bert-base-uncased/vocab.txt")
-CORPUS = Path("/work/shared/data/corpus/cs_csabstruct/train.jsonl")
+MIRROR = Path(os.environ.get("FEMLM_MIRROR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+VOCAB = MIRROR / "tokenizers" / "bert-base-uncased" / "vocab.txt"
+CORPUS = MIRROR / "corpus" / "cs_csabstruct" / "train.jsonl"
 CONFIGS = [  # (label, strategy, ratio, K)
     ("MLM-span", "random", 0.15, 1),
     ("FE-span K=2", "fully_explored", 0.15, 2),
@@ -129,7 +131,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="blocks per collator call in the timing")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true", help="8 blocks, one draw, one repeat: checks it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.blocks, args.draws, args.batch, args.repeats = 8, 1, 4, 1
     torch.set_num_threads(args.threads)
     from transformers import BertTokenizerFast
 

@@ -43,7 +43,7 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "download": Command("Fetch datasets, tokenizers and model configs (or verify them in a local mirror).",
-                        ("download", "logger"), "femlm.data.fetch:run_download", "femlm.data.fetch:plan_download",
+                        ("download", "logger"), "femlm.data.download:run_download", "femlm.data.download:plan_download",
                         positional="download.datasets", accepts="femlm.data.registry:bare_names"),
     "prepare": Command("Read, sample and tokenize a domain corpus into the cache ahead of training; print its plan.",
                        PRETRAIN, "femlm.train.corpus:run_prepare", "femlm.train.corpus:plan_prepare"),

@@ -50,14 +50,14 @@ TASK_ALIASES: dict[str, tuple[str, ...]] = {
     "stsb": ("stsb", "sts"),
 }
 
-TABLE2_COLUMNS = (Column("ACL-ARC", ("aclarc",)), Column("SciERC", ("scierc",)),
+CONTINUAL_COLUMNS = (Column("ACL-ARC", ("aclarc",)), Column("SciERC", ("scierc",)),
                   Column("HyperPartisan", ("hyperpartisan",)), Column("AGNews", ("agnews",)))
-TABLE1_COLUMNS = (Column("MNLI-m/mm", ("mnli_m", "mnli_mm")), Column("SST-2", ("sst2",)),
+GLUE_COLUMNS = (Column("MNLI-m/mm", ("mnli_m", "mnli_mm")), Column("SST-2", ("sst2",)),
                   Column("QNLI", ("qnli",)), Column("QQP", ("qqp",)), Column("RTE", ("rte",)),
                   Column("MRPC", ("mrpc",)), Column("CoLA", ("cola",)), Column("STS-B", ("stsb",)))
 # The nine GLUE dev numbers the paper averages in tab:average (MNLI counts twice: matched and mismatched;
 # the FE-MLM row of the GLUE table, tab:eval_1, averages to 83.61, its tab:average entry 83.6).
-GLUE_TASKS: tuple[str, ...] = tuple(t for c in TABLE1_COLUMNS for t in c.tasks)
+GLUE_TASKS: tuple[str, ...] = tuple(t for c in GLUE_COLUMNS for t in c.tasks)
 TASK_HEADERS: dict[str, str] = {"aclarc": "ACL-ARC", "scierc": "SciERC", "hyperpartisan": "HyperPartisan",
                                 "agnews": "AGNews", "mnli_m": "MNLI-m", "mnli_mm": "MNLI-mm", "sst2": "SST-2",
                                 "qnli": "QNLI", "qqp": "QQP", "rte": "RTE", "mrpc": "MRPC", "cola": "CoLA",
@@ -86,7 +86,7 @@ _GURURANGAN = f"Gururangan et al. 2020, as reported in {cited('table2')}"
 _ZHENG_T2 = cited("table2")
 
 # tab:eval_2 (printed as Table 1): continual pre-training of RoBERTa-base; mean ± std over fine-tuning seeds.
-TABLE2_REPORTED: tuple[ReportedRow, ...] = (
+CONTINUAL_REPORTED: tuple[ReportedRow, ...] = (
     ReportedRow("RoBERTa (Gururangan et al. 2020)", {"aclarc": "63.0 ± 5.8", "scierc": "77.3 ± 1.9", "hyperpartisan": "86.6 ± 0.9",
                             "agnews": "93.9 ± 0.2"}, _GURURANGAN),
     ReportedRow("DAPT (Gururangan et al. 2020)", {"aclarc": "75.4 ± 2.5", "scierc": "80.8 ± 1.5", "hyperpartisan": "88.2 ± 5.9",
@@ -103,7 +103,7 @@ TABLE2_REPORTED: tuple[ReportedRow, ...] = (
 
 _ZHENG_T1 = cited("table1")
 # tab:eval_1 (printed as Table 2): GLUE dev, BERT-base pre-trained from scratch (1M steps, batch 256); no std given.
-TABLE1_REPORTED: tuple[ReportedRow, ...] = (
+GLUE_REPORTED: tuple[ReportedRow, ...] = (
     ReportedRow("BERT (MLM)", {"mnli_m": "84.37", "mnli_mm": "84.85", "sst2": "92.78", "qnli": "91.01",
                                "qqp": "91.09", "rte": "63.54", "mrpc": "87.01", "cola": "59.65",
                                "stsb": "87.89"}, _ZHENG_T1),
@@ -115,7 +115,7 @@ TABLE1_REPORTED: tuple[ReportedRow, ...] = (
 _ZHENG_T3 = cited("table3")
 # tab:average (printed as Table 3): GLUE dev average. The baselines are the numbers Zheng et al. print, citing the
 # original papers; "ReEval" is their re-evaluation of the released BERT-base.
-TABLE3_REPORTED: tuple[ReportedRow, ...] = (
+GLUE_AVERAGE_REPORTED: tuple[ReportedRow, ...] = (
     ReportedRow("ELMo (Peters et al. 2018)", {"avg": "71.2"}, "Peters et al. 2018, as reported in " + _ZHENG_T3),
     ReportedRow("GPT (Radford et al. 2018)", {"avg": "78.8"}, "Radford et al. 2018, as reported in " + _ZHENG_T3),
     ReportedRow("BERT-base (Devlin et al. 2019)", {"avg": "82.2"}, "Devlin et al. 2019, as reported in " + _ZHENG_T3),
@@ -161,7 +161,7 @@ def reported_for_task(task: str) -> dict[str, str]:
     key = normalise_task(task)
     keys = ["mnli_m", "mnli_mm"] if key == "mnli_m" else [key] if key else []
     out: dict[str, str] = {}
-    for row in (*TABLE2_REPORTED, *TABLE1_REPORTED):
+    for row in (*CONTINUAL_REPORTED, *GLUE_REPORTED):
         for key in keys:
             if key in row.cells:
                 suffix = f" ({TASK_HEADERS[key]})" if len(keys) > 1 else ""

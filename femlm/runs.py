@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 import yaml
 
 from femlm.errors import UserError
+from femlm.outputs import finite
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("femlm", "torch", "transformers", "datasets", "tokenizers", "hydra-core", "omegaconf",
@@ -127,7 +127,7 @@ class Run:
         """Append one record to ``metrics.jsonl``; non-finite floats are written as null."""
         if not self.is_main:
             return
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+        clean = finite(record)
         clean.setdefault("time", round(time.time() - self.started, 3))
         with self.metrics_path.open("a") as handle:
             handle.write(json.dumps(clean, default=_json_default) + "\n")

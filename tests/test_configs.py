@@ -62,3 +62,37 @@ def test_tasks_take_labels_and_text_fields_from_the_registry() -> None:
     aclarc = validate(compose("finetune", ["task=aclarc"]), "finetune").task
     assert (aclarc.epochs, aclarc.max_length, aclarc.patience) == (10, 512, 3)  # DAPT's, the schema default
     assert validate(compose("finetune", ["task=stsb"]), "finetune").task.labels is None  # regression
+
+
+def test_a_wrong_value_in_a_group_file_names_the_file_and_the_key(tmp_path: Path) -> None:
+    (tmp_path / "masking").mkdir()
+    (tmp_path / "masking" / "badval.yaml").write_text("name: badval\nnum_masks: abc\n")
+    with pytest.raises(UserError, match=r"^masking/badval.yaml: masking.num_masks='abc': expected an integer$"):
+        compose("continual-pretrain", [f"hydra.searchpath=[file://{tmp_path}]", "masking=badval"])
+
+
+def test_sweeps_expand_like_hydras_basic_sweeper() -> None:
+    from femlm.compose import sweep_jobs
+
+    assert sweep_jobs(["a=1,2", "b=x,y", "c=[1,2]"]) == [["a=1", "b=x", "c=[1,2]"], ["a=1", "b=y", "c=[1,2]"],
+                                                         ["a=2", "b=x", "c=[1,2]"], ["a=2", "b=y", "c=[1,2]"]]
+    assert sweep_jobs(["a=1", "a=2,3"]) == [["a=2"], ["a=3"]]  # a later value of a key replaces an earlier
+    with pytest.raises(UserError, match="no viable alternative"):
+        sweep_jobs(["a=[1"])
+
+
+def test_composing_uses_only_hydras_public_modules() -> None:
+    """A Hydra upgrade may move its private modules: femlm imports none."""
+    import ast
+
+    import femlm
+
+    def modules(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.ImportFrom):
+            return [node.module or ""]
+        return [a.name for a in node.names] if isinstance(node, ast.Import) else []
+
+    private = [f"{path.name}: {name}" for path in Path(femlm.__file__).parent.rglob("*.py")
+               for node in ast.walk(ast.parse(path.read_text())) for name in modules(node)
+               if name.startswith("hydra._internal")]
+    assert not private

@@ -12,7 +12,7 @@ from femlm.data import corpus, prepare, workers
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import blocks_meta, load_documents, prepare_blocks
 from femlm.data.registry import REGISTRY
-from femlm.data.tokenizer import train_wordpiece
+from femlm.data.wordpiece import train_wordpiece
 from femlm.errors import UserError
 from femlm.models.load import load_tokenizer
 

@@ -15,7 +15,8 @@ import pytest
 from femlm.data import fetch
 from femlm.data.catalog import FileEntry
 from femlm.data.config import DownloadConfig
-from femlm.data.fetch import Unavailable, download_all, fetch_file
+from femlm.data.download import download_all
+from femlm.data.fetch import Unavailable, fetch_file
 from femlm.errors import UserError
 
 PAYLOAD = bytes(range(256)) * 400  # 102,400 bytes: several reads, one partial chunk
@@ -178,6 +179,26 @@ def test_mirror_is_read_in_place_and_checked(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(UserError, match="checksum mismatch"):
         fetch_file(bad, cache, mirror=mirror)
     assert (mirror / "toy" / "m.txt").exists()  # a mirror file is refused, never deleted
+
+
+def test_mirror_file_is_hashed_once_per_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
+    (mirror / "toy").mkdir(parents=True)
+    target = mirror / "toy" / "once.txt"
+    target.write_bytes(b"mirror bytes")
+    hashed: list[Path] = []
+    real = fetch.sha256_file
+    monkeypatch.setattr(fetch, "sha256_file", lambda path: hashed.append(path) or real(path))
+    entry = FileEntry("toyset", "train", "toy/once.txt", None, _sha(b"mirror bytes"))
+    for _ in range(3):  # e.g. the tokenizer's vocab resolved by the plan, the resolver and the loader
+        assert fetch.fetch(entry, cache, mirror=mirror) == (target, "verified")
+    assert hashed == [target]
+    with pytest.raises(UserError, match="checksum mismatch"):  # the hash is remembered, not the verdict
+        fetch_file(FileEntry("toyset", "train", "toy/once.txt", None, _sha(b"other")), cache, mirror=mirror)
+    target.write_bytes(b"changed bytes")  # another size: hashed again, and refused
+    with pytest.raises(UserError, match="checksum mismatch"):
+        fetch_file(entry, cache, mirror=mirror)
+    assert hashed == [target, target]
 
 
 def test_download_all_offline_without_mirror_fails_with_hint(tmp_path: Path,

@@ -13,7 +13,7 @@ import pytest
 from femlm.data import hub
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import load_documents, prepare_blocks
-from femlm.data.tokenizer import train_wordpiece
+from femlm.data.wordpiece import train_wordpiece
 from femlm.errors import UserError
 
 README = """---

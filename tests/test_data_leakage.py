@@ -10,8 +10,8 @@ import pytest
 
 from femlm.data.config import DownloadConfig
 from femlm.data.corpus import load_documents
-from femlm.data.leakage import TaskIndex, task_index
 from helpers.configs import DOMAIN_NAMES, TASK_NAMES, domain, task
+from helpers.leakage import TaskIndex, task_index
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_mirror = pytest.mark.skipif(not MIRROR.is_dir(), reason=f"no local mirror at {MIRROR}")

@@ -16,7 +16,7 @@ from femlm.data.config import DomainConfig, DownloadConfig, TaskConfig
 from femlm.data.corpus import blocks_dir, blocks_meta, load_documents, prepare_blocks
 from femlm.data.registry import REGISTRY
 from femlm.data.tasks import load_task, task_data_notes
-from femlm.data.tokenizer import train_wordpiece
+from femlm.data.wordpiece import train_wordpiece
 from femlm.errors import UserError
 
 WORDS = ["the", "model", "masks", "tokens", "and", "predicts", "them", "from", "context", "with", "lower",

@@ -9,7 +9,7 @@ import pytest
 
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import load_documents
-from femlm.data.fetch import download_all
+from femlm.data.download import download_all
 from femlm.data.registry import REGISTRY
 from femlm.data.tasks import load_task, task_data_notes
 from femlm.data.tokenizer import mirrored_config_path

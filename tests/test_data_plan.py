@@ -15,7 +15,7 @@ from femlm.data import shared
 from femlm.data.config import DataConfig, DomainConfig, DownloadConfig
 from femlm.data.plan import check_passes, corpus_plan, stand_in_note
 from femlm.data.prepare import corpus_dir, corpus_key
-from femlm.data.tokenizer import train_wordpiece
+from femlm.data.wordpiece import train_wordpiece
 from femlm.errors import UserError
 from femlm.masking import MaskingConfig
 from femlm.models.load import load_tokenizer

@@ -15,7 +15,7 @@ from scipy.stats import chisquare
 from femlm.data import prepare, sample
 from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.corpus import load_documents, prepare_blocks
-from femlm.data.tokenizer import train_wordpiece
+from femlm.data.wordpiece import train_wordpiece
 from femlm.errors import UserError
 
 WORDS = ["the", "model", "masks", "tokens", "and", "predicts", "them", "from", "context", "with", "lower",

@@ -6,9 +6,13 @@ the data layer. A 1-layer, 16-wide BERT on a 19-word vocabulary keeps the file w
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import random
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ from femlm.eval import evaluate, finetune
 from femlm.eval.evaluate import run_evaluate
 from femlm.eval.finetune import run_finetune
 from femlm.eval.inputs import encode, label_spec
+from femlm.models import checkpoints as checkpoints_module
 from femlm.models.config import ModelConfig
 from femlm.models.load import load_classifier
 from femlm.models.resolve import resolve_classifier
@@ -330,3 +335,47 @@ def test_group_by_length_batches_cover_every_example_once_with_less_padding(chec
     assert epoch(True, 1) == grouped and epoch(True, 2) != grouped  # seeded, and shuffled per seed
     spreads = [max(lengths[i] for i in idx) - min(lengths[i] for i in idx) for idx, _ in grouped]
     assert sorted(spreads)[len(spreads) // 2] <= 5
+
+
+@contextlib.contextmanager
+def entries_into(module: Any) -> Iterator[list[str]]:
+    """The names of the module-level functions of `module` called from outside it while the block runs
+    (however the caller imported them; calls inside the module are its own business)."""
+    codes = {f.__code__: name for name, f in vars(module).items()
+             if inspect.isfunction(f) and f.__module__ == module.__name__}
+    calls: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes and frame.f_back is not None \
+                and frame.f_back.f_code.co_filename != module.__file__:
+            calls.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(previous)
+
+
+def test_finetune_and_evaluate_locate_each_checkpoint_once(checkpoint: Path, toy_data: Any, tmp_path: Path) -> None:
+    """Following cfg from run_finetune, femlm/models/checkpoints.py is entered at most twice (locate, then the
+    position limit), whatever the number of seeds; `femlm evaluate` enters it at most twice per checkpoint."""
+    cfg = make_cfg(checkpoint, toy_task(epochs=1), seeds=[1, 2], save_model=True)
+    run = new_run(tmp_path / "ft")
+    with entries_into(checkpoints_module) as calls:
+        run_finetune(cfg, run)
+    assert len(calls) <= 2 and calls.count("locate") == 1, calls
+
+    one = make_cfg(checkpoint, toy_task(), evaluate=True)
+    one.evaluate.checkpoints = str(run.dir / "seed_1" / "model")
+    with entries_into(checkpoints_module) as calls:
+        run_evaluate(one, new_run(tmp_path / "ev1", "evaluate"))
+    assert len(calls) <= 2 and calls.count("locate") == 1, calls
+
+    both = make_cfg(checkpoint, toy_task(), evaluate=True)
+    both.evaluate.checkpoints = str(run.dir)  # the run directory itself is looked at once, then each model
+    with entries_into(checkpoints_module) as calls:
+        scored = run_evaluate(both, new_run(tmp_path / "ev2", "evaluate"))
+    assert len(scored["checkpoints"]) == 2
+    assert calls.count("locate") == 1 + 2 and len(calls) <= 1 + 2 * 2, calls

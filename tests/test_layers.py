@@ -9,21 +9,23 @@ ROOT = Path(__file__).resolve().parents[1] / "femlm"
 # package -> the femlm packages it may import from ("femlm" is the package root: CONF_DIR, __version__).
 ALLOWED = {
     "errors": set(),
-    "runs": {"errors"},
+    "runs": {"errors", "outputs"},
     "runtime": {"errors", "runs"},
     "masking": set(),
     "paper": set(),
+    "provenance": {"errors"},
+    "outputs": set(),
     "data": {"femlm", "errors"},
-    "models": {"data", "errors"},
-    "train": {"data", "errors", "masking", "models", "runs", "runtime"},
-    "eval": {"data", "errors", "models", "paper", "runs", "runtime"},
-    "analysis": {"data", "errors", "masking", "models", "runs", "runtime"},
-    "report": {"femlm", "errors", "paper", "runs"},
+    "models": {"data", "errors", "provenance"},
+    "train": {"data", "errors", "masking", "models", "outputs", "provenance", "runs", "runtime"},
+    "eval": {"data", "errors", "models", "outputs", "paper", "provenance", "runs", "runtime"},
+    "analysis": {"data", "errors", "masking", "models", "outputs", "provenance", "runs", "runtime"},
+    "report": {"errors", "femlm", "outputs", "paper", "provenance", "runs"},
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
     "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
-    "study": {"analysis", "data", "errors", "models", "report", "runs"},
+    "study": {"analysis", "data", "errors", "models", "outputs", "provenance", "report", "runs"},
 }
 
 
@@ -36,8 +38,12 @@ def imports() -> dict[str, set[str]]:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "femlm":
-                target = node.module.split(".")[1] if "." in node.module else "femlm"
-                if target != package:
+                if "." in node.module:
+                    targets = {node.module.split(".")[1]}
+                else:  # `from femlm import provenance` imports the module; `from femlm import CONF_DIR`, the root
+                    targets = {a.name if (ROOT / a.name).is_dir() or (ROOT / f"{a.name}.py").is_file() else "femlm"
+                               for a in node.names}
+                for target in targets - {package}:
                     found.setdefault(package, set()).add(target)
     return found
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from femlm.errors import UserError
-from femlm.paper import GLUE_TASKS, TABLE1_REPORTED, TABLE3_REPORTED, normalise_task, parse_reported
-from femlm.report.build import table1, table2, table3
+from femlm.paper import GLUE_AVERAGE_REPORTED, GLUE_REPORTED, GLUE_TASKS, normalise_task, parse_reported
+from femlm.report.build import continual_table, glue_average_table, glue_table
 from femlm.report.collect import arm_of, collect
 from femlm.report.config import ReportConfig
 from femlm.report.report import run_report
@@ -72,7 +72,7 @@ def make_cfg(inputs: list[Path], out: Path, **kw: Any) -> SimpleNamespace:
 @pytest.fixture
 def t2(tmp_path: Path):
     collection = collect([str(table2_runs(tmp_path / "runs"))])
-    return table2(collection, "tiny test scale", "feedbee")
+    return continual_table(collection, "tiny test scale", "feedbee")
 
 
 def test_table2_rows_and_columns_in_paper_order(t2) -> None:
@@ -163,7 +163,7 @@ def test_final_step_and_default_splits_chosen(tmp_path: Path) -> None:
     write_results(root / "final", "aclarc", [0.70, 0.72], femlm_json("fe_subword", step=150))
     for k, v in ((2, 0.60), (8, 0.61)):
         write_results(root / f"k{k}", "aclarc", [v, v], femlm_json("fe_subword", step=150, num_masks=k))
-    table = table2(collect([str(root)]), "s", "c")
+    table = continual_table(collect([str(root)]), "s", "c")
     fe = next(r for r in table.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["aclarc"].mean == pytest.approx(71.0)
     assert any("uses K=4 of K=2; K=4; K=8" in n for n in table.notes), table.notes
@@ -174,7 +174,7 @@ def test_mnli_matched_and_mismatched_fill_one_column(tmp_path: Path) -> None:
     pre = femlm_json("fe_subword", command="pretrain-scratch", domain="general")
     write_results(root / "mnli", "mnli", [0.84, 0.86], pre, metric="accuracy", split="dev_matched",
                   extra={"dev_mismatched": [0.80, 0.82]})
-    t1 = table1(collect([str(root)]), "s", "c")
+    t1 = glue_table(collect([str(root)]), "s", "c")
     fe = next(r for r in t1.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["mnli_m"].mean == pytest.approx(85.0) and fe.cells["mnli_mm"].mean == pytest.approx(81.0)
     assert "| FE-MLM + Subword | 85.00 ± 1.41 / 81.00 ± 1.41 | — |" in to_markdown(t1)
@@ -195,8 +195,8 @@ def test_table3_average_only_when_all_nine(tmp_path: Path) -> None:
             write_results(root / f"mlm_{task}", task, [0.7, 0.7], scratch["mlm_subword"], metric="accuracy",
                           split="dev")
     collection = collect([str(root)])
-    t1 = table1(collection, "s", "c")
-    t3 = table3(t1, collection, "s", "c")
+    t1 = glue_table(collection, "s", "c")
+    t3 = glue_average_table(t1, collection, "s", "c")
     fe = next(r for r in t3.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["avg"].mean == pytest.approx(85.0) and fe.cells["avg"].std == pytest.approx(7.0711, abs=1e-3)
     mlm = next(r for r in t3.measured if r.label == "MLM + Subword")
@@ -208,9 +208,9 @@ def test_table3_average_only_when_all_nine(tmp_path: Path) -> None:
 
 def test_paper_transcription_is_consistent() -> None:
     # Table 3's FE-MLM average is the mean of Table 1's nine FE-MLM numbers (83.61 -> 83.6).
-    fe = next(r for r in TABLE1_REPORTED if "FE-MLM" in r.label)
+    fe = next(r for r in GLUE_REPORTED if "FE-MLM" in r.label)
     avg = sum(parse_reported(fe.cells[t])[0] for t in GLUE_TASKS) / len(GLUE_TASKS)
-    reported = next(r for r in TABLE3_REPORTED if r.label == "BERT-base (FE-MLM)")
+    reported = next(r for r in GLUE_AVERAGE_REPORTED if r.label == "BERT-base (FE-MLM)")
     assert round(avg, 1) == parse_reported(reported.cells["avg"])[0]
     assert parse_reported("75.34 ± 2.54") == (75.34, 2.54, 2)
     assert parse_reported("63.0") == (63.0, None, 1)
@@ -263,23 +263,23 @@ def test_overlapping_inputs_counted_once(tmp_path: Path) -> None:
     collection = collect([str(root), str(root / "ft_fe_subword_aclarc"), str(root / "ft_fe_subword_aclarc" /
                                                                                   "results.json")])
     assert len(collection.finetune) == 7
-    table = table2(collection, "s", "c")
+    table = continual_table(collection, "s", "c")
     assert next(r for r in table.measured if r.label == "FE-MLM + Subword").cells["aclarc"].n == 3
 
 
 def test_percent_values_not_scaled_twice(tmp_path: Path) -> None:
     write_results(tmp_path / "r", "aclarc", [70.0, 72.0], femlm_json("mlm_subword"))
-    table = table2(collect([str(tmp_path / "r")]), "s", "c")
+    table = continual_table(collect([str(tmp_path / "r")]), "s", "c")
     assert next(r for r in table.measured if r.label == "MLM + Subword").cells["aclarc"].mean == 71.0
 
 
 def test_single_seed_prints_no_spread(tmp_path: Path) -> None:
     write_results(tmp_path / "r", "aclarc", [0.7], femlm_json("mlm_subword"))
-    md = to_markdown(table2(collect([str(tmp_path / "r")]), "s", "c"))
+    md = to_markdown(continual_table(collect([str(tmp_path / "r")]), "s", "c"))
     assert re.search(r"\| MLM \+ Subword \| 70\.00 \|", md)
 
 
 def test_domain_mismatch_is_noted(tmp_path: Path) -> None:
     write_results(tmp_path / "r", "agnews", [0.9, 0.91], femlm_json("fe_subword", domain="cs"), metric="accuracy")
-    table = table2(collect([str(tmp_path / "r")]), "s", "c")
+    table = continual_table(collect([str(tmp_path / "r")]), "s", "c")
     assert any("AGNews from a checkpoint continually pre-trained on cs" in n for n in table.notes)

@@ -12,7 +12,9 @@ server ignores it). A checksum mismatch deletes the temporary file and raises `U
 Checksum stamps (``<file>.sha256``, JSON with sha256 + size + mtime) record a file already verified; with
 ``verify=False`` a file whose stamp still matches is trusted without re-hashing ("cached"), with
 ``verify=True`` (default) it is re-hashed ("verified"). Mirror stamps live under
-``<cache>/stamps/<mirror-hash>/`` because a mirror may be read-only.
+``<cache>/stamps/<mirror-hash>/`` because a mirror may be read-only. A mirror file is hashed at most once per
+process (while its size and mtime stay the same): a command that resolves the same tokenizer files several times
+verifies them once.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
 from femlm.data.catalog import FileEntry
 from femlm.data.config import DownloadConfig
-from femlm.data.registry import expand_names, get_entry
+from femlm.data.registry import get_entry
 from femlm.errors import UserError
 
 CHUNK = 1 << 20
@@ -81,12 +82,25 @@ def _mismatch(entry: FileEntry, path: Path, got: str, fix: str) -> UserError:
                      f"{entry.sha256}, got {got}; the file was refused; {fix}")
 
 
-def _check_existing(entry: FileEntry, path: Path, stamp: Path, verify: bool, fix: str) -> str:
-    """Check a file already on disk; return its status (cached / verified / unverified)."""
+# sha256 of the mirror files this process has hashed, by (path, size, mtime_ns).
+_MIRROR_HASHED: dict[tuple[str, int, int], str] = {}
+
+
+def _mirror_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _MIRROR_HASHED:
+        _MIRROR_HASHED[key] = sha256_file(path)
+    return _MIRROR_HASHED[key]
+
+
+def _check_existing(entry: FileEntry, path: Path, stamp: Path, verify: bool, fix: str, once: bool = False) -> str:
+    """Check a file already on disk; return its status (cached / verified / unverified). `once`: a mirror file,
+    hashed at most once per process."""
     stamped = _read_stamp(stamp, path)
     if not verify and stamped is not None and (entry.sha256 is None or stamped == entry.sha256):
         return "cached"
-    got = sha256_file(path)
+    got = _mirror_sha256(path) if once else sha256_file(path)
     if entry.sha256 is not None and got != entry.sha256:
         stamp.unlink(missing_ok=True)
         raise _mismatch(entry, path, got, fix)
@@ -206,7 +220,7 @@ def fetch(entry: FileEntry, cache_dir: str | Path, mirror: str | Path | None = N
         path = mirror_dir / entry.path
         stamp = _mirror_stamp(cache, mirror_dir, entry.path)
         fix = "the mirror copy is damaged or another version: restore it, or remove it to use the cache"
-        return path, _check_existing(entry, path, stamp, verify or force, fix)
+        return path, _check_existing(entry, path, stamp, verify or force, fix, once=not force)
     dest = cache / entry.path
     if dest.is_file() and not force:
         fix = "re-run with download.force=true to download it again"
@@ -252,56 +266,3 @@ def resolve_files(name: str, download: DownloadConfig, roles: tuple[str, ...] | 
             if not f.optional:
                 raise
     return out
-
-
-def download_all(names: list[str], cfg: DownloadConfig) -> list[dict[str, Any]]:
-    """Fetch (or verify in the mirror) every file of `names` (datasets or groups); print one line per file.
-
-    A dataset named explicitly must be complete (UserError otherwise). A dataset that came from a group is
-    only fetched from the mirror or cache when a mirror is set, and its absence is listed, not an error;
-    without a mirror, group members are downloaded and any failure is an error.
-    """
-    mirror = cfg.mirror_dir()
-    rows: list[dict[str, Any]] = []
-    missing: dict[str, list[str]] = {}
-    failures: list[str] = []
-    for name, explicit in expand_names(list(names)):
-        for f in get_entry(name).files:
-            try:
-                path, status = fetch(f, cfg.cache_path(), mirror, cfg.verify, cfg.force, cfg.offline,
-                                     network=explicit or mirror is None)
-                size: int | None = path.stat().st_size
-            except Unavailable as err:
-                if explicit and not f.optional:
-                    raise
-                path, status, size = None, "absent", None
-                missing.setdefault(name, []).append(Path(f.path).name)
-                if not f.optional and mirror is None:
-                    failures.append(str(err))
-            row = {"dataset": name, "role": f.role, "file": f.path, "path": str(path) if path else None,
-                   "status": status, "bytes": size, "sha256": f.sha256, "optional": f.optional}
-            rows.append(row)
-            shown = f"{size:>10,d} B" if size is not None else f"{'-':>12}"
-            print(f"{name:<20} {f.role:<18} {status:<10} {shown}  {path or f.path}", flush=True)
-    if missing:
-        where = f"mirror {mirror} and cache" if mirror is not None else "cache, and not downloadable"
-        listed = "; ".join(f"{n} ({', '.join(files)})" for n, files in missing.items())
-        print(f"absent from the {where}: {listed}. Name a dataset explicitly (femlm download NAME) to "
-              "download it.", flush=True)
-    if failures:
-        raise UserError(f"{len(failures)} file(s) could not be had, e.g. {failures[0]}")
-    return rows
-
-
-def plan_download(cfg: Any, run: Any) -> dict[str, Any]:
-    """The datasets a `femlm download` would fetch or verify (names and groups expanded, unknown ones refused)."""
-    expanded = expand_names(list(cfg.download.datasets))
-    return {"datasets": [name for name, _ in expanded], "mirror": str(cfg.download.mirror_dir() or ""),
-            "cache": str(cfg.download.cache_path()), "files": sum(len(get_entry(n).files) for n, _ in expanded)}
-
-
-def run_download(cfg: Any, run: Any) -> list[dict[str, Any]]:
-    """`femlm download`: fetch or verify each named dataset; the table goes to the run directory too."""
-    rows = download_all(list(cfg.download.datasets), cfg.download)
-    run.write_json("download.json", rows)
-    return rows

@@ -22,7 +22,7 @@ from transformers import DataCollatorWithPadding, PreTrainedModel, get_scheduler
 from femlm.errors import UserError
 from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
 from femlm.eval.metrics import compute_metrics
-from femlm.models.load import param_groups
+from femlm.models.optim import param_groups
 from femlm.runtime.device import pick_precision
 
 LogFn = Callable[..., None]

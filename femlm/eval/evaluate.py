@@ -10,53 +10,52 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from transformers import DataCollatorWithPadding
 
+from femlm import provenance
 from femlm.data.tasks import load_task, task_data_notes
 from femlm.errors import UserError
 from femlm.eval import classifier as loop
 from femlm.eval import finetune
 from femlm.eval.inputs import encode, label_spec, split_labels
 from femlm.eval.metrics import majority_label, majority_scores
-from femlm.eval.results import aggregate, efficiency_point, finite, format_score, write_predictions
-from femlm.models.checkpoints import inspect_checkpoint, is_local, position_limit
+from femlm.eval.results import aggregate, efficiency_point, format_score, write_predictions
+from femlm.models.checkpoints import Checkpoint, locate, position_limit
 from femlm.models.load import load_finetuned, tokenizer_for
+from femlm.outputs import finite
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def finetuned(directory: Path) -> Checkpoint | None:
+    """The directory located as a checkpoint when it holds a fine-tuned classifier (its config says
+    *ForSequenceClassification), else None."""
     try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not valid JSON ({err.msg})") from None
-
-
-def is_finetuned(checkpoint: Path) -> bool:
-    """A directory holding a fine-tuned classifier (its config says *ForSequenceClassification)."""
-    try:
-        info = inspect_checkpoint(str(checkpoint)) if is_local(str(checkpoint)) else None
+        checkpoint = locate(str(directory), hub_check=False)
     except UserError:
-        return False
-    return info is not None and any(a.endswith("ForSequenceClassification") for a in info.architectures)
+        return None
+    info = checkpoint.info
+    return checkpoint if info is not None and any(a.endswith("ForSequenceClassification")
+                                                  for a in info.architectures) else None
 
 
-def find_finetuned(root: Path) -> list[Path]:
-    """``root`` itself when it is a fine-tuned classifier, else every one below it (sorted)."""
+def find_finetuned(root: Path) -> list[tuple[Path, Checkpoint]]:
+    """``root`` itself when it is a fine-tuned classifier, else every one below it (sorted), each located once."""
     if not root.exists():
         raise UserError(f"evaluate.checkpoints={root}: no such file or directory; give a fine-tuned checkpoint "
                         "(finetune.save_model=true keeps seed_<s>/model), a directory of them, or a pre-training run "
                         "directory with evaluate.sweep=true")
-    if is_finetuned(root):
-        return [root]
-    found = sorted(p.parent for p in root.rglob("config.json") if is_finetuned(p.parent))
+    itself = finetuned(root)
+    if itself is not None:
+        return [(root, itself)]
+    below = sorted(q.parent for q in root.rglob("config.json") if q.parent != root)  # root: not a classifier
+    found = [(p, c) for p in below if (c := finetuned(p)) is not None]
     if found:
         return found
     if (root / "config.json").is_file():
@@ -85,9 +84,9 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
         baseline = {"prediction": constant if spec.regression else spec.id2label[constant],
                     split: majority_scores(task.metric, constant, gold, spec.num_labels)}
     rows = []
-    for checkpoint in checkpoints:
-        info = _read_json(checkpoint / "femlm.json") or {}
-        tokenizer, _ = tokenizer_for(cfg.model, cfg.download, str(checkpoint))
+    for checkpoint, located in checkpoints:
+        info = located.femlm or {}
+        tokenizer, _ = tokenizer_for(cfg.model, cfg.download, located)
         model = load_finetuned(checkpoint, spec, task.name).to(device)
         limit = position_limit(model.config, tokenizer)
         # Score with the input length the model was fine-tuned with unless finetune.max_length says otherwise.
@@ -128,11 +127,11 @@ def pretraining_checkpoints(root: Path) -> list[tuple[str, Path, int | None, dic
     for path in folder.iterdir():
         match = STEP_DIR.match(path.name)
         if match and (path / "config.json").is_file():
-            found.append((path.name, path, int(match.group(1)), _read_json(path / "femlm.json")))
+            found.append((path.name, path, int(match.group(1)), provenance.read(path)))
     found.sort(key=lambda item: item[2])
     final = folder / "final"
     if (final / "config.json").is_file():
-        info = _read_json(final / "femlm.json")
+        info = provenance.read(final)
         step = (info or {}).get("step")
         if step is None or step not in {item[2] for item in found}:
             found.append(("final", final, step, info))
@@ -166,7 +165,7 @@ def plan_evaluate(cfg: Any, run: Any) -> dict[str, Any]:
     if cfg.evaluate.sweep:
         found = [str(path) for _, path, _, _ in pretraining_checkpoints(root)]
     else:
-        found = [str(path) for path in find_finetuned(root)]
+        found = [str(path) for path, _ in find_finetuned(root)]
     data = load_task(cfg.task, cfg.download)
     split = cfg.evaluate.split or cfg.task.eval_split
     if split not in data:

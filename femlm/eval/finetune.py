@@ -11,6 +11,7 @@ from typing import Any
 
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase, set_seed
 
+from femlm import provenance
 from femlm.data.tasks import load_task, task_data_notes
 from femlm.errors import UserError
 from femlm.eval import classifier as loop
@@ -24,9 +25,10 @@ from femlm.eval.inputs import (
     stratified_subsample,
 )
 from femlm.eval.metrics import majority_label, majority_scores
-from femlm.eval.results import aggregate_seeds, finite, format_score, write_predictions
+from femlm.eval.results import aggregate_seeds, format_score, write_predictions
 from femlm.models.load import load_classifier
 from femlm.models.resolve import ResolvedModel, resolve_classifier
+from femlm.outputs import finite
 from femlm.paper import reported_for_task
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
@@ -162,9 +164,8 @@ def save_finetuned(model: Any, tokenizer: PreTrainedTokenizerBase, path: Path, t
     input length it was trained with (evaluate uses the same by default)."""
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    info = {"kind": "finetune", "task": task, "seed": seed, "checkpoint": checkpoint, "best_epoch": best_epoch,
-            "max_length": max_length, "pretrain": pretrain}
-    (path / "femlm.json").write_text(json.dumps(info, indent=2) + "\n")
+    provenance.write(path, provenance.finetune_record(task=task, seed=seed, checkpoint=checkpoint,
+                                                      best_epoch=best_epoch, max_length=max_length, pretrain=pretrain))
 
 
 def finetune_checkpoint(cfg: Any, checkpoint: str, out_dir: Path, run: Any,

@@ -53,17 +53,6 @@ def format_score(stats: dict[str, Any], scale: float = 100.0) -> str:
     return f"{stats['mean'] * scale:.2f} ± {stats['std'] * scale:.2f} (n={stats['n']})"
 
 
-def finite(value: Any) -> Any:
-    """Replace NaN/inf (a diverged loss) by None, recursively: JSON has no NaN and readers choke on it."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
-
-
 def write_predictions(path: Path, labels: Sequence[Any], predictions: Sequence[Any],
                       names: dict[int, str] | None) -> None:
     """One line per eval example in file order: index, gold label, prediction (label names when the

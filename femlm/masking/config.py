@@ -215,6 +215,3 @@ class MaskingConfig:
         if unknown:
             raise MaskingConfigError(f"masking keys {unknown} are invalid; allowed: {', '.join(names)}")
         return cls(**{str(k): v for k, v in data.items()})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

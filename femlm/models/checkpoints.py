@@ -1,7 +1,8 @@
 """What a checkpoint is, found without torch: path or Hub id, config.json, weights, head, position limit.
 
-The CLI validates every command line with these (a `--dry-run` must refuse what the real run refuses) and
-the loaders in `femlm.models.load` call the same functions before they read a single weight.
+`locate` resolves a name once into a `Checkpoint` (a local directory, inspected, or a Hub id, checked to be
+obtainable); the resolver (`femlm.models.resolve`) and the loaders in `femlm.models.load` receive that value
+rather than looking again, so a `--dry-run` refuses what the real run refuses with the same checks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from femlm import provenance
 from femlm.data.network import hub_reachable
 from femlm.errors import UserError
 
@@ -40,7 +42,7 @@ class CheckpointInfo:
     config: dict[str, Any]
     weight_keys: list[str] | None = None  # parameter names (safetensors files only; None: not readable cheaply)
     has_tokenizer: bool = False
-    femlm: dict[str, Any] | None = field(default=None)  # femlm.json: the arm and step that made it
+    femlm: provenance.Provenance | None = field(default=None)  # femlm.json: the arm and step that made it
 
     @property
     def architectures(self) -> list[str]:
@@ -77,11 +79,9 @@ def _weight_keys(path: Path) -> list[str] | None:
     return None
 
 
-def inspect_checkpoint(name: str, key: str = "model.name_or_path") -> CheckpointInfo | None:
-    """Check a local checkpoint directory (None for a Hub id): it exists, has a readable config.json and
-    weights. `key` names the setting in the one-line errors."""
-    if not is_local(name):
-        return None
+def inspect_checkpoint(name: str, key: str = "model.name_or_path") -> CheckpointInfo:
+    """Check a local checkpoint directory: it exists, has a readable config.json and weights. `key` names the
+    setting in the one-line errors."""
     path = Path(name).expanduser()
     if not path.exists():
         raise UserError(f"{key}={name}: no such checkpoint directory; give a directory holding config.json and "
@@ -100,13 +100,35 @@ def inspect_checkpoint(name: str, key: str = "model.name_or_path") -> Checkpoint
         raise UserError(f"{key}={name}: config.json is not a JSON object")
     if not any((path / f).is_file() for f in WEIGHT_FILES):
         raise UserError(f"{key}={name}: no weights ({' or '.join(WEIGHT_FILES[:2])}) next to config.json")
-    femlm_file = path / "femlm.json"
-    try:
-        femlm = json.loads(femlm_file.read_text()) if femlm_file.is_file() else None
-    except ValueError:
-        raise UserError(f"{femlm_file}: not valid JSON") from None
     return CheckpointInfo(path, config, _weight_keys(path), any((path / f).is_file() for f in TOKENIZER_FILES),
-                          femlm)
+                          provenance.read(path))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint name resolved once, passed down to whatever reads it: origin "local" (a directory, inspected:
+    `info`) or "hub" (a Hub id; `info` is None). A model built from scratch has no Checkpoint."""
+
+    name: str  # as given
+    origin: str  # "local" or "hub"
+    source: str  # where the weights are read from: the directory, or the Hub id
+    info: CheckpointInfo | None = None
+    femlm: provenance.Provenance | None = None  # the directory's femlm.json, if any
+
+
+def locate(name: str, key: str = "model.name_or_path", hub_check: bool = True, masked_lm: bool = False,
+           new_mlm_head: bool = False) -> Checkpoint:
+    """Resolve `name` once: a local directory is inspected (config.json, weights, femlm.json), a Hub id must be
+    obtainable (unless `hub_check` is False: a tokenizer or config name the loader tries itself); with
+    `masked_lm` a checkpoint pre-training cannot continue is refused (`check_masked_lm`)."""
+    if is_local(name):
+        info = inspect_checkpoint(name, key)
+        if masked_lm:
+            check_masked_lm(info, name, new_mlm_head, key)
+        return Checkpoint(name, "local", str(info.path), info, info.femlm)
+    if hub_check:
+        ensure_obtainable(name, key)
+    return Checkpoint(name, "hub", name)
 
 
 def ensure_obtainable(name: str, key: str = "model.name_or_path") -> None:

@@ -17,13 +17,7 @@ from typing import Any
 from torch import nn
 
 from femlm.errors import UserError
-from femlm.models.checkpoints import (
-    CheckpointInfo,
-    hub_reachable,
-    inspect_checkpoint,
-    is_local,
-    position_limit,
-)
+from femlm.models.checkpoints import Checkpoint, hub_reachable, is_local, locate, position_limit
 
 
 # ----------------------------------------------------------------------------------------------- tokenizers
@@ -64,19 +58,18 @@ def _require_fast(tokenizer: Any, where: str) -> Any:
     return tokenizer
 
 
-def tokenizer_for(model_cfg: Any, download: Any, checkpoint: str | None = None,
-                  info: CheckpointInfo | None = None) -> tuple[Any, str]:
-    """(tokenizer, where it came from) by the module's rule; `checkpoint` defaults to model.name_or_path, `info`
-    is its inspection when the caller already made it."""
-    checkpoint = checkpoint if checkpoint is not None else model_cfg.name_or_path
-    if info is None and checkpoint:
-        info = inspect_checkpoint(checkpoint)
+def tokenizer_for(model_cfg: Any, download: Any, checkpoint: Checkpoint | None = None) -> tuple[Any, str]:
+    """(tokenizer, where it came from) by the module's rule; `checkpoint` is the located checkpoint, located here
+    from model.name_or_path when the caller has none."""
+    if checkpoint is None and model_cfg.name_or_path:
+        checkpoint = locate(str(model_cfg.name_or_path), hub_check=False)
+    info = checkpoint.info if checkpoint is not None else None
     if info is not None and info.has_tokenizer:
         source, key = str(info.path), "model.name_or_path (its tokenizer)"
     elif model_cfg.tokenizer:
         source, key = model_cfg.tokenizer, "model.tokenizer"
-    elif checkpoint:
-        source, key = checkpoint, "model.name_or_path (its tokenizer)"
+    elif checkpoint is not None:
+        source, key = checkpoint.name, "model.name_or_path (its tokenizer)"
     else:
         raise UserError(f"model.tokenizer is not set (model={model_cfg.name}, no checkpoint): give a tokenizer "
                         "directory or a mirrored name (bert-base-uncased, roberta-base)")
@@ -110,22 +103,21 @@ def _offline(download: Any) -> bool:
     return bool(getattr(download, "offline", False)) or not hub_reachable()
 
 
-def load_config(name_or_path: str, download: Any, key: str = "model.name_or_path",
-                info: CheckpointInfo | None = None) -> Any:
-    """`AutoConfig` of a checkpoint directory, a mirrored model config (bert-base-uncased, roberta-base) or a
-    Hub id, with every failure turned into one line; `info`: the directory's inspection, when already made."""
+def load_config(checkpoint: Checkpoint, download: Any, key: str = "model.name_or_path") -> Any:
+    """`AutoConfig` of a located checkpoint: a directory, a mirrored model config (bert-base-uncased,
+    roberta-base) or a Hub id, with every failure turned into one line."""
     from transformers import AutoConfig
 
     from femlm.data.tokenizer import mirrored_config_path
 
-    if info is None:
-        inspect_checkpoint(name_or_path, key)
-    mirrored = None if is_local(name_or_path) else mirrored_config_path(name_or_path, download)
+    name_or_path = checkpoint.name
+    mirrored = None if checkpoint.origin == "local" else mirrored_config_path(name_or_path, download)
+    local = mirrored is not None or checkpoint.origin == "local"
     source = str(mirrored) if mirrored is not None else str(Path(name_or_path).expanduser())
     try:
-        return AutoConfig.from_pretrained(source, local_files_only=is_local(source) or _offline(download))
+        return AutoConfig.from_pretrained(source, local_files_only=local or _offline(download))
     except (OSError, ValueError) as err:
-        if is_local(source):
+        if local:
             raise UserError(f"{key}={name_or_path}: config.json is unreadable ({str(err).splitlines()[0]})") from None
         raise UserError(f"{key}={name_or_path}: could not fetch this Hub id (offline?); give a local checkpoint "
                         "directory (e.g. a pre-training run's checkpoints/final)") from None
@@ -138,7 +130,8 @@ def scratch_config(model_cfg: Any, tokenizer: Any, download: Any) -> Any:
 
     arch = dict(model_cfg.arch or {})
     if model_cfg.config_name:
-        config = load_config(model_cfg.config_name, download, "model.config_name")
+        located = locate(str(model_cfg.config_name), "model.config_name", hub_check=False)
+        config = load_config(located, download, "model.config_name")
         arch.pop("model_type", None)
         for name, value in arch.items():
             setattr(config, name, value)
@@ -237,18 +230,3 @@ def load_finetuned(checkpoint: Path, labels: Any, task_name: str) -> nn.Module:
         raise UserError(f"{checkpoint}: fine-tuned for labels {list(saved.values())}, but task {task_name} "
                         f"has {list(labels.id2label.values())}: give a checkpoint fine-tuned on this task")
     return model
-
-
-# ----------------------------------------------------------------------------------------------- optimizer
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay matrices only: no weight decay on biases and LayerNorm weights (the BERT/RoBERTa recipe)."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        lowered = name.lower()
-        if param.ndim < 2 or "bias" in lowered or "layernorm" in lowered or "layer_norm" in lowered:
-            no_decay.append(param)
-        else:
-            decay.append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

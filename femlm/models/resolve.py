@@ -1,8 +1,8 @@
 """A model, resolved once: the one object every command passes from its checks to its work.
 
 `resolve_masked_lm` (continual pre-training, analysis of a checkpoint), `resolve_scratch` (pre-training from
-scratch, the analysis's initialisation panel) and `resolve_classifier` (fine-tuning) inspect the checkpoint
-directory or Hub id once, read its config (no weights), pick the tokenizer, the model class and the attention
+scratch, the analysis's initialisation panel) and `resolve_classifier` (fine-tuning) locate the checkpoint
+directory or Hub id once (`femlm.models.checkpoints.locate`: a `Checkpoint` passed down from there), read its config (no weights), pick the tokenizer, the model class and the attention
 implementation that class supports, and the longest input it can embed. Training, fine-tuning, analysis and
 `--dry-run` all receive the same `ResolvedModel`; the loaders in `femlm.models.load` take it too.
 """
@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from femlm.errors import UserError
-from femlm.models.checkpoints import (
-    CheckpointInfo,
-    check_masked_lm,
-    ensure_obtainable,
-    inspect_checkpoint,
-    position_limit,
-)
+from femlm.models.checkpoints import Checkpoint, locate, position_limit
 from femlm.models.load import check_mask_token, load_config, scratch_config, tokenizer_for
 
 _SAID: set[str] = set()  # notices already printed by this process (a sweep resolves many checkpoints)
@@ -40,14 +34,14 @@ class ResolvedModel:
     # "checkpoint" (its own head weights), "new" (model.new_mlm_head; set by load_masked_lm once the weights show
     # the head missing), "random" (scratch) or "classifier"
     head: str
-    checkpoint: CheckpointInfo | None = None  # the local directory as inspected (None: Hub id or scratch)
+    checkpoint: Checkpoint | None = None  # the checkpoint as located (None: scratch)
     new_head_allowed: bool = False  # model.new_mlm_head: a checkpoint without head weights gets a fresh head
     notes: list[str] = field(default_factory=list)
 
     @property
     def femlm(self) -> dict[str, Any] | None:
         """The checkpoint's femlm.json (the arm and step that made it), or None."""
-        return self.checkpoint.femlm if self.checkpoint is not None else None
+        return self.checkpoint.femlm if self.checkpoint is not None else None  # a Provenance
 
     @property
     def model_type(self) -> str:
@@ -91,27 +85,26 @@ def attention_for(cls: Any, requested: str) -> tuple[str, str | None]:
 
 
 def _resolve(origin: str, source: str | None, config: Any, kind: str, tokenizer: Any, tokenizer_source: str,
-             model_cfg: Any, head: str, info: CheckpointInfo | None, where: str) -> ResolvedModel:
+             model_cfg: Any, head: str, checkpoint: Checkpoint | None, where: str) -> ResolvedModel:
     cls = model_class(config, kind, where)
     attn, notice = attention_for(cls, model_cfg.attn_implementation)
     return ResolvedModel(origin, source, config, cls, tokenizer, tokenizer_source, attn,
-                         position_limit(config, tokenizer), head, info, bool(getattr(model_cfg, "new_mlm_head", False)),
-                         [notice] if notice else [])
+                         position_limit(config, tokenizer), head, checkpoint,
+                         bool(getattr(model_cfg, "new_mlm_head", False)), [notice] if notice else [])
 
 
 def resolve_masked_lm(model_cfg: Any, download: Any) -> ResolvedModel:
     """`model.name_or_path` as a masked LM to continue: every check made before reading weights (a classifier,
     or an encoder without head weights unless `model.new_mlm_head`, is refused here)."""
     name = str(model_cfg.name_or_path)
-    info = inspect_checkpoint(name)
-    check_masked_lm(info, name, model_cfg.new_mlm_head)
-    ensure_obtainable(name)
-    config = load_config(name, download, info=info)
-    tokenizer, tokenizer_source = tokenizer_for(model_cfg, download, name, info)
+    checkpoint = locate(name, masked_lm=True, new_mlm_head=model_cfg.new_mlm_head)
+    config = load_config(checkpoint, download)
+    tokenizer, tokenizer_source = tokenizer_for(model_cfg, download, checkpoint)
     check_mask_token(tokenizer, f"tokenizer {tokenizer_source}")
+    info = checkpoint.info
     head = "new" if model_cfg.new_mlm_head and info is not None and info.encoder_only else "checkpoint"
-    return _resolve("local" if info is not None else "hub", str(info.path) if info is not None else name, config,
-                    "masked_lm", tokenizer, tokenizer_source, model_cfg, head, info, f"model.name_or_path={name}")
+    return _resolve(checkpoint.origin, checkpoint.source, config, "masked_lm", tokenizer, tokenizer_source,
+                    model_cfg, head, checkpoint, f"model.name_or_path={name}")
 
 
 def resolve_scratch(model_cfg: Any, tokenizer: Any, tokenizer_source: str, download: Any) -> ResolvedModel:
@@ -127,10 +120,8 @@ def resolve_classifier(name: str | None, model_cfg: Any, download: Any) -> Resol
     if not name:
         raise UserError("model.name_or_path is not set: give a checkpoint directory (e.g. a pre-training run's "
                         "checkpoints/final) or a Hub id")
-    info = inspect_checkpoint(name)
-    ensure_obtainable(name)
-    config = load_config(name, download, info=info)
-    tokenizer, tokenizer_source = tokenizer_for(model_cfg, download, name, info)
-    return _resolve("local" if info is not None else "hub", str(info.path) if info is not None else name, config,
-                    "classifier", tokenizer, tokenizer_source, model_cfg, "classifier", info,
-                    f"model.name_or_path={name}")
+    checkpoint = locate(name)
+    config = load_config(checkpoint, download)
+    tokenizer, tokenizer_source = tokenizer_for(model_cfg, download, checkpoint)
+    return _resolve(checkpoint.origin, checkpoint.source, config, "classifier", tokenizer, tokenizer_source,
+                    model_cfg, "classifier", checkpoint, f"model.name_or_path={name}")

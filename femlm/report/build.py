@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from femlm.paper import (
+    CONTINUAL_COLUMNS,
+    CONTINUAL_REPORTED,
     CS_TASKS,
+    GLUE_AVERAGE_REPORTED,
+    GLUE_COLUMNS,
+    GLUE_REPORTED,
     GLUE_TASKS,
     NEWS_TASKS,
     PAPER_SCALE,
-    TABLE1_COLUMNS,
-    TABLE1_REPORTED,
-    TABLE2_COLUMNS,
-    TABLE2_REPORTED,
-    TABLE3_REPORTED,
     TABLE_NAMES,
     TASK_HEADERS,
     Column,
@@ -202,9 +202,9 @@ def _table(key: str, title: str, columns: tuple[Column, ...], reported: tuple[Re
     return Table(key, title, columns, rows, reported_rows(reported), VALUE, text, facts, PAPER_SCALE[key], notes)
 
 
-def table2(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
+def continual_table(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
     table = _table("table2", f"{TABLE_NAMES['table2']}: continual pre-training (CS: ACL-ARC, SciERC; News: "
-                   "HyperPartisan, AGNews)", TABLE2_COLUMNS, TABLE2_REPORTED, collection, phrase, commit, decimals)
+                   "HyperPartisan, AGNews)", CONTINUAL_COLUMNS, CONTINUAL_REPORTED, collection, phrase, commit, decimals)
     table.notes.insert(0, "ACL-ARC and SciERC use the checkpoint continually pre-trained on the CS corpus, "
                           "HyperPartisan and AGNews the one pre-trained on News (as in the paper).")
     expected = {**dict.fromkeys(CS_TASKS, "cs"), **dict.fromkeys(NEWS_TASKS, "news")}
@@ -215,16 +215,16 @@ def table2(collection: Collection, phrase: str, commit: str, decimals: int = 2) 
     return table
 
 
-def table1(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
+def glue_table(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
     return _table("table1", f"{TABLE_NAMES['table1']}: GLUE dev, MLM vs FE-MLM pre-trained from scratch",
-                  TABLE1_COLUMNS,
-                  TABLE1_REPORTED, collection, phrase, commit, decimals)
+                  GLUE_COLUMNS,
+                  GLUE_REPORTED, collection, phrase, commit, decimals)
 
 
-def table3(first: Table, collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    """GLUE average of each GLUE-table row (source label tab:eval_1); only rows with all nine GLUE numbers get an average."""
+def glue_average_table(glue: Table, collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
+    """GLUE average of each GLUE-table row; only rows with all nine GLUE numbers get an average."""
     rows, notes = [], []
-    for row in first.measured:
+    for row in glue.measured:
         cells = [row.cells.get(t) for t in GLUE_TASKS]
         have = sum(c is not None and c.mean is not None for c in cells)
         avg = Cell(decimals=decimals)
@@ -244,7 +244,7 @@ def table3(first: Table, collection: Collection, phrase: str, commit: str, decim
     used = [r for r in collection.finetune if any(t in GLUE_TASKS for t in r.scores)]
     text, facts = scale_of(used, collection, phrase, commit)
     return Table("table3", f"{TABLE_NAMES['table3']}: GLUE dev average", (Column("Avg. Score", ("avg",)),), rows,
-                 reported_rows(TABLE3_REPORTED), "average over the 9 GLUE dev numbers of the GLUE table (MNLI-m and "
+                 reported_rows(GLUE_AVERAGE_REPORTED), "average over the 9 GLUE dev numbers of the GLUE table (MNLI-m and "
                  "MNLI-mm separately) × 100; ± is the std over seeds of the per-seed average", text, facts,
                  PAPER_SCALE["table3"], notes)
 

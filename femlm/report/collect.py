@@ -19,6 +19,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.paper import normalise_task
+from femlm.provenance import Provenance
 from femlm.report.config import INPUTS
 from femlm.runs import read_metrics
 
@@ -50,7 +51,7 @@ class FinetuneResult:
     task: str  # the results.json task name as written
     main_metric: str
     eval_split: str
-    pretrain: dict[str, Any] | None
+    pretrain: Provenance | None  # the checkpoint's femlm.json as results.json copied it
     scores: dict[str, Scores]  # report task key -> scores (MNLI may give matched and mismatched)
     raw: dict[str, Any]
 
@@ -60,14 +61,12 @@ class FinetuneResult:
 
     @property
     def step(self) -> int | None:
-        return _int(self.pretrain.get("step")) if self.pretrain else None
+        return self.pretrain.step if self.pretrain else None
 
     @property
     def num_masks(self) -> int | None:
-        """K of the checkpoint's masking arm (femlm.json; results written before the rename call it splits)."""
-        if not self.pretrain:
-            return None
-        return _int(self.pretrain.get("num_masks", self.pretrain.get("splits")))
+        """K of the checkpoint's masking arm (femlm.json)."""
+        return self.pretrain.num_masks if self.pretrain else None
 
     @property
     def ratio(self) -> float | None:
@@ -129,14 +128,10 @@ def _int(value: Any) -> int | None:
 
 def arm_of(pretrain: dict[str, Any] | None) -> Arm:
     """The arm of a checkpoint from its femlm.json (None: a released checkpoint, no femlm pre-training)."""
-    if not pretrain:
+    record = Provenance.of(pretrain)
+    if not record:
         return Arm("none", None)
-    command = str(pretrain.get("command") or "")
-    # Older femlm.json files may lack "command": a checkpoint that was initialised from another is continual.
-    continual = "continual" in command or (not command and bool(pretrain.get("init_from")))
-    stage = "continual" if continual else "scratch"
-    masking = pretrain.get("masking")
-    return Arm(stage, str(masking) if masking else None)
+    return Arm(record.stage, record.masking)
 
 
 def _walk(root: Path, exclude: Path | None) -> Iterator[Path]:
@@ -193,8 +188,7 @@ def _finetune(path: Path, data: dict[str, Any]) -> FinetuneResult:
                 scores[target] = Scores(aggregate=(float(agg["mean"]) * factor,
                                                    float(std) * factor if isinstance(std, (int, float)) else None,
                                                    int(agg.get("n") or 0)))
-    pretrain = data.get("pretrain") if isinstance(data.get("pretrain"), dict) else None
-    return FinetuneResult(path, task, metric, split, pretrain, scores, data)
+    return FinetuneResult(path, task, metric, split, Provenance.of(data.get("pretrain")), scores, data)
 
 
 def _eval_curve(run_dir: Path) -> list[tuple[int, float]]:

@@ -6,12 +6,12 @@ report's README can say plainly which figures the collected runs could not suppo
 
 from __future__ import annotations
 
-import csv
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from femlm.outputs import pyplot, save_figure, write_csv
 from femlm.paper import TASK_HEADERS
 from femlm.report.build import arm_label, efficiency_series, split_series
 from femlm.report.collect import Collection
@@ -48,25 +48,9 @@ def _skipped(key: str, note: str | None = None) -> Figure:
     return Figure(key, TITLES[key], "skipped", note=note or SKIPPED[key])
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(["" if v is None else v for v in row] for row in rows)
-
-
 def _canvas(panels: int) -> tuple[Any, Any, list[Any]]:
     """(pyplot, figure, its `panels` axes side by side)."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.8), squeeze=False)
     return plt, fig, list(axes[0])
 
@@ -82,11 +66,8 @@ def _written(key: str, plt: Any, fig: Any, out_dir: Path, stem: str, header: lis
              rows: list[list[object]]) -> Figure:
     """Save `fig` as <stem>.png and the plotted numbers as <stem>.csv; the Figure record of both."""
     title = TITLES[key]
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{stem}.png", dpi=120)
-    plt.close(fig)
-    _write_csv(out_dir / f"{stem}.csv", header, rows)
+    save_figure(fig, out_dir / f"{stem}.png", title)
+    write_csv(out_dir / f"{stem}.csv", rows, header)
     return Figure(key, title, "written", [f"figures/{stem}.png", f"figures/{stem}.csv"])
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.outputs import write_csv
 from femlm.paper import CITATION, REFERENCE
-from femlm.report.build import arm_label, table1, table2, table3
+from femlm.report.build import arm_label, continual_table, glue_average_table, glue_table
 from femlm.report.collect import Collection, collect
 from femlm.report.figures import Figure, write_figures
 from femlm.report.scale import hardware_text
@@ -162,11 +163,11 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
     phrase = str(rc.scale).strip().rstrip(".") or "unspecified"
     tables: dict[str, Table] = {}
     if "table1" in rc.tables or "table3" in rc.tables:
-        tables["table1"] = table1(collection, phrase, commit, rc.decimals)
+        tables["table1"] = glue_table(collection, phrase, commit, rc.decimals)
     if "table2" in rc.tables:
-        tables["table2"] = table2(collection, phrase, commit, rc.decimals)
+        tables["table2"] = continual_table(collection, phrase, commit, rc.decimals)
     if "table3" in rc.tables:
-        tables["table3"] = table3(tables["table1"], collection, phrase, commit, rc.decimals)
+        tables["table3"] = glue_average_table(tables["table1"], collection, phrase, commit, rc.decimals)
     chosen = [tables[k] for k in ("table1", "table2", "table3") if k in rc.tables]
     written = {t.key: write_table(t, out_dir) for t in chosen}
     for stale in STALE:
@@ -175,10 +176,7 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
     figures = write_figures(collection, out_dir) if rc.figures else []
     rows = pretrain_rows(collection)
     if rows:
-        import csv
-
-        with (out_dir / "pretrain_runs.csv").open("w", newline="") as handle:
-            csv.writer(handle, lineterminator="\n").writerows([PRETRAIN_HEADER, *rows])
+        write_csv(out_dir / "pretrain_runs.csv", rows, PRETRAIN_HEADER)
     (out_dir / "README.md").write_text(readme(chosen, figures, collection, phrase, commit, list(rc.inputs)))
     manifest = {"out_dir": str(out_dir), "readme": str(out_dir / "README.md"), "tables": written,
                 "figures": [vars(f) for f in figures], "inputs": list(rc.inputs), "report_git_commit": commit,

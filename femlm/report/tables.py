@@ -7,14 +7,13 @@ blocks under their own \\multicolumn labels, and a ``source`` column (measured |
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from femlm.outputs import csv_text
 from femlm.paper import CITATION, REFERENCE, Column
 
 MISSING = "—"  # a cell with no number, in Markdown and LaTeX (the CSV leaves it empty)
@@ -153,17 +152,15 @@ def csv_header(table: Table) -> list[str]:
 
 def to_csv(table: Table) -> str:
     """A clean rectangular table: one row per model, mean / std / n per task; missing cells are empty."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(csv_header(table))
+    rows = []
     for row in [*table.measured, *table.reported]:
         values: list[str] = [row.source, row.label]
         for task in table.tasks:
             cell = row.cells.get(task, Cell())
             values += [_num(cell.mean), _num(cell.std) if cell.mean is not None else "",
                        str(cell.n) if cell.mean is not None and cell.n else ""]
-        writer.writerow([*values, row.citation])
-    return buffer.getvalue()
+        rows.append([*values, row.citation])
+    return csv_text(rows, csv_header(table))
 
 
 def meta(table: Table) -> dict[str, Any]:

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from femlm import provenance
+
 STATE_RE = re.compile(r"^state_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
 
@@ -114,13 +116,14 @@ def remove_partial(ckpt_dir: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------------------------- milestones
-def save_model(path: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any]) -> Path:
-    """A checkpoint plain transformers can load: `AutoModelForMaskedLM.from_pretrained(path)`."""
+def save_model(path: Path, model: torch.nn.Module, tokenizer: Any, info: provenance.Provenance) -> Path:
+    """A checkpoint plain transformers can load: `AutoModelForMaskedLM.from_pretrained(path)`, with its
+    femlm.json (`info`: femlm.provenance.pretrain_record)."""
     def write(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
-        (tmp / "femlm.json").write_text(json.dumps(info, indent=2) + "\n")
+        provenance.write(tmp, info)
 
     return atomic_dir(path, write)
 

@@ -26,7 +26,7 @@ from femlm.masking import make_generator
 from femlm.masking.config import PASSES, MaskingError
 from femlm.masking.passes import mask_visits, visit_selection
 from femlm.masking.sampling import mix_seed
-from femlm.models.load import param_groups
+from femlm.models.optim import param_groups
 from femlm.runtime.config import RuntimeConfig
 from femlm.runtime.device import pick_precision
 from femlm.runtime.host_memory import keep_freed_memory

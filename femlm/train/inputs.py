@@ -76,7 +76,7 @@ def shared_wordpiece(cfg: Any) -> Path:
     runs training on the same text get slightly different vocabularies; arms of one experiment (MLM vs FE-MLM)
     must share one, or their losses and blocks are not comparable."""
     from femlm.data.corpus import load_documents
-    from femlm.data.tokenizer import train_wordpiece
+    from femlm.data.wordpiece import train_wordpiece
 
     documents = load_documents(cfg.domain, cfg.download, cfg.data.corpus_seed(cfg.seed))
     digest = hashlib.sha256()

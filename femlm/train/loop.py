@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from femlm import provenance
 from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
 from femlm.runs import read_metrics
@@ -197,14 +198,12 @@ def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -
 
 
 def _checkpoint_info(cfg: Any, core: PretrainCore, step: int, run_dir: Path,
-                     origin: dict[str, Any]) -> dict[str, Any]:
+                     origin: dict[str, Any]) -> provenance.Provenance:
     """femlm.json; `origin`: init_from, the attention implementation and the prediction path of the run."""
-    m = cfg.masking
-    return {"kind": "pretrain", "command": cfg.command, "masking": m.name, "strategy": m.strategy,
-            "granularity": m.granularity, "num_masks": m.num_copies, "domain": cfg.domain.name,
-            "model": cfg.model.name, "step": step, "max_steps": core.max_steps,
-            "equal_compute": cfg.trainer.equal_compute, "precision": precision_name(core.amp_dtype),
-            "run_dir": str(run_dir), **origin}
+    return provenance.pretrain_record(command=cfg.command, masking=cfg.masking, domain=cfg.domain.name,
+                                      model=cfg.model.name, step=step, max_steps=core.max_steps,
+                                      equal_compute=cfg.trainer.equal_compute,
+                                      precision=precision_name(core.amp_dtype), run_dir=run_dir, **origin)
 
 
 def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any], dist: DistInfo):

@@ -104,12 +104,9 @@ def plot_loss_curve(metrics_path: Path, out: Path, title: str = "") -> Path | No
     evals = [(r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None and "step" in r]
     if not train and not evals:
         return None
-    import matplotlib
+    from femlm.outputs import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.0), dpi=120)
     if train:
         ax.plot(*zip(*train, strict=True), label="train loss", linewidth=1.0, alpha=0.8)
     if evals:
@@ -119,9 +116,7 @@ def plot_loss_curve(metrics_path: Path, out: Path, title: str = "") -> Path | No
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
     tmp = out.with_name(out.stem + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
+    save_figure(fig, tmp, dpi=None)  # the figure's own 120 dpi
     os.replace(tmp, out)
     return out

@@ -1,4 +1,5 @@
-"""Task text must never be pre-training text: find documents of a domain corpus that are task examples.
+"""Task text must never be pre-training text: find documents of a domain corpus that are task examples (the check
+tests/test_data_leakage.py runs on every domain and task of the mirror; no command needs it, so it lives here).
 
 A document *leaks* a task example when any of these fingerprints match (hash-set lookups, so checking every
 domain against every task takes seconds):

@@ -1,0 +1,77 @@
+"""What every writer of result files shares: CSV tables, JSON without NaN, and matplotlib set up for files.
+
+One home each, so every CSV a run leaves is written the same way (``\\n`` line ends, None as an empty cell), no
+JSON file carries a NaN (which JSON does not have and strict readers refuse), and no figure needs a display.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def csv_text(rows: Iterable[Sequence[Any] | Mapping[str, Any]], header: Sequence[str] | None = None) -> str:
+    """A CSV table as text: `rows` are sequences under `header`, or mappings (the header is then their keys in
+    first-seen order, a key a row lacks an empty cell). None is an empty cell."""
+    rows = list(rows)
+    if header is None and rows and isinstance(rows[0], Mapping):
+        keys: list[str] = []
+        for row in rows:
+            keys += [k for k in row if k not in keys]
+        header = keys
+    if rows and isinstance(rows[0], Mapping):
+        rows = [[row.get(k) for k in header] for row in rows]  # type: ignore[union-attr]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")  # csv writes None as an empty cell
+    if header is not None:
+        writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_csv(path: Path, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
+              header: Sequence[str] | None = None) -> Path:
+    """`csv_text(rows, header)` written to `path`."""
+    path = Path(path)
+    with path.open("w", newline="") as handle:
+        handle.write(csv_text(rows, header))
+    return path
+
+
+def finite(value: Any) -> Any:
+    """Replace NaN/inf (a diverged loss) by None, recursively: JSON has no NaN and readers choke on it. Numpy
+    floats become Python floats (the same JSON text)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend (servers, tests, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path, title: str | None = None, dpi: int | None = 120) -> Path:
+    """Write `fig` to `path` (a suptitle first when given, laid out tight) and free it."""
+    plt = pyplot()
+    if title is not None:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi) if dpi is not None else fig.savefig(path)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,53 @@
+"""Every script in benchmarks/ runs in its small mode (`--smoke`, seconds): a refactor that breaks one fails here.
+
+The figures of a smoke run mean nothing (1-layer models, a step or two); only that the script runs to its last
+line is checked. A new benchmark needs a `--smoke` mode and its last line's pattern below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+MIRROR = REPO.parent / "shared" / "data"
+# script -> (a pattern its output must contain, whether it reads the data mirror)
+EXPECTED = {
+    "bench_compile.py": (r"step s eager=\S+ compiled=\S+ ratio=", False),
+    "bench_corpus.py": (r"femlm / run_mlm.py tokens/s: .*\n(.*\n)*RSS big - small: ", True),
+    "bench_data.py": (r"speed-up cold vs run_mlm.py-style: ", True),
+    "bench_masking.py": (r"fe_subword +4 .*\n(.*\n)*tiny BERT .* AdamW step", False),
+    "bench_memory.py": (r"memory flat: (yes|no)", False),
+    "bench_precision.py": (r"\[smoke b=4 L=32\] step s fp32=\S+ bf16=\S+ speed-up=", False),
+    "bench_study.py": (r"estimate.seconds: \{train_row: .*head_row: .*ft_train_example_aclarc: .*gradient_row: ",
+                       True),
+    "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),
+    "paper_shapes.py": (r"\[bert_base\] step s: ", True),
+    "span_stats.py": (r"FE-span K=8 r=0.125 ", True),
+}
+
+
+def test_every_benchmark_has_a_smoke_check() -> None:
+    assert {p.name for p in BENCHMARKS} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
+def test_benchmark_smoke(script: Path, tmp_path: Path) -> None:
+    pattern, needs_mirror = EXPECTED[script.name]
+    if needs_mirror and not MIRROR.is_dir():
+        pytest.skip("needs the data mirror at ../shared/data")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+           "FEMLM_CACHE": str(tmp_path / "cache"), "FEMLM_RUNS": str(tmp_path / "runs"), "WANDB_MODE": "disabled",
+           "OMP_NUM_THREADS": "1", "FEMLM_BENCH_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    if MIRROR.is_dir():
+        env["FEMLM_MIRROR"] = str(MIRROR)
+    proc = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, f"{script.name} --smoke failed:\n{proc.stderr[-3000:]}"
+    assert re.search(pattern, proc.stdout), f"{script.name} --smoke printed:\n{proc.stdout[-3000:]}"

@@ -23,7 +23,9 @@ ALLOWED = {
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
     "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
-    "study": {"analysis", "data", "errors", "models", "report", "runs"},
+    # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
+    "experiment": {"femlm", "errors"},
+    "study": {"analysis", "data", "errors", "experiment", "models", "report", "runs"},
 }
 
 

@@ -180,6 +180,9 @@ class Runner:
             for line in (e.breakdown, e.memory):
                 if line:
                     self.log(f"  {line}")
+        hours = [e.estimate.gpu_hours for e in self.exps if e.estimate.gpu_hours is not None]
+        if len(hours) > 1:
+            self.log(f"total: ~{sum(hours):g} GPU hours before what earlier runs already finished (skipped)")
         self.log(f"{len(steps)} steps; runs in {', '.join(dict.fromkeys(str(s.home) for s in steps if s.home))}")
 
     def plan(self, steps: list[Step]) -> int:

@@ -196,3 +196,12 @@ def test_paper_plans_print_the_cost_first(capsys: pytest.CaptureFixture[str]) ->
     assert sum("continual-pretrain" in c for c in commands) == 8
     assert sum(c.startswith("femlm finetune") for c in commands) == 4 + 16  # released + 4 arms x 2 tasks x 2
     assert main(["nosuch"]) == 2 and "allowed" in capsys.readouterr().err
+
+
+def test_femlm_experiment_is_the_same_front_door(cli_in_process) -> None:
+    listed = cli_in_process("experiment", "--list")
+    assert listed.code == 0 and listed.stdout.split() == names()
+    planned = cli_in_process("experiment", "table1_glue", "--out", "results/paper/table3", "--plan")
+    assert planned.code == 0 and "report.out_dir=results/paper/table3" in planned.stdout
+    bad = cli_in_process("experiment", "nosuch")
+    assert bad.code == 2 and "experiment 'nosuch'" in bad.stderr

@@ -22,7 +22,7 @@ ALLOWED = {
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
-    "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
+    "cli": {"commands", "compose", "config", "errors", "experiment", "runs", "runtime"},
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
     "experiment": {"femlm", "errors"},
     "study": {"analysis", "data", "errors", "experiment", "models", "report", "runs"},

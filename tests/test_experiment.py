@@ -205,3 +205,14 @@ def test_femlm_experiment_is_the_same_front_door(cli_in_process) -> None:
     assert planned.code == 0 and "report.out_dir=results/paper/table3" in planned.stdout
     bad = cli_in_process("experiment", "nosuch")
     assert bad.code == 2 and "experiment 'nosuch'" in bad.stderr
+
+
+def test_python_m_femlm_study_is_an_alias(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from femlm.study.driver import main as study_main
+
+    monkeypatch.setenv("FEMLM_STUDY_SMOKE", "1")
+    assert study_main(["--experiment", "study_base", "--plan", "--runs", str(tmp_path / "runs")]) == 0
+    listing = capsys.readouterr().out
+    assert "head warm-up" in listing and f"hydra.run.dir={tmp_path / 'runs'}/head_warmup" in listing
+    assert not (tmp_path / "runs").exists()  # a plan writes nothing

@@ -102,6 +102,9 @@ def check_configs(exp: Experiment) -> None:
         named += [("model", exp.finetune.model), *[("task", t) for t in exp.finetune.tasks]]
         if not exp.study and not exp.finetune.model:
             raise UserError(f"{where}: finetune.model is missing (the model config the fine-tuning runs load)")
+        extra = [a for a in exp.finetune.scratch_arms if exp.scratch is None or a not in exp.scratch.arms]
+        if extra:
+            raise UserError(f"{where}: finetune.scratch_arms={extra} are not among scratch.arms (no run makes them)")
     if exp.analysis is not None:
         named += [("model", exp.analysis.model), ("domain", exp.analysis.domain), ("masking", exp.analysis.masking)]
     if exp.efficiency is not None:

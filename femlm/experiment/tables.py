@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from femlm.errors import UserError
-from femlm.experiment.schema import Experiment, load
+from femlm.experiment.schema import Experiment, Finetune, load
 from femlm.experiment.step import Step, final, hydra_list, hydra_quote
 
 
@@ -126,90 +126,123 @@ def experiment_steps(exp: Experiment, plans: Plans, b: Builder) -> list[Step]:
     """Every femlm step of one experiment (its report aside), in the order they run."""
     plans.building.add(exp.name)
     try:
-        return _experiment_steps(exp, plans, b)
+        one = OneExperiment(exp, plans, b)
+        for part in (one.download, one.baseline, one.pretraining, one.finetuning, one.efficiency, one.ablation,
+                     one.analysis):
+            part()
+        return b.steps
     finally:
         plans.building.discard(exp.name)
 
 
-def _experiment_steps(exp: Experiment, plans: Plans, b: Builder) -> list[Step]:
-    runs = plans.runs(exp.name)
-    offline = ["download.offline=true"] if exp.offline else []
-    common = [f"preset={exp.preset}", *offline]
+class OneExperiment:
+    """The steps of one experiment file, block by block (each method adds its block's steps, if it has one)."""
 
-    def once(name: str, part: str, run: str, command: list[str], output: str, needs: list[Path] | None = None,
+    def __init__(self, exp: Experiment, plans: Plans, b: Builder) -> None:
+        self.exp, self.plans, self.b = exp, plans, b
+        self.runs = plans.runs(exp.name)
+        self.offline = ["download.offline=true"] if exp.offline else []
+        self.common = [f"preset={exp.preset}", *self.offline]  # every command but download gets these first
+
+    def once(self, name: str, part: str, run: str, command: list[str], output: str, needs: list[Path] | None = None,
              **meta: object) -> None:
-        b.add(Step(f"{exp.name} {name}", part, runs / run, command, output=output, needs=needs or [],
-                   meta=dict(meta), home=runs))
+        self.b.add(Step(f"{self.exp.name} {name}", part, self.runs / run, command, output=output, needs=needs or [],
+                        meta=dict(meta), home=self.runs))
 
-    if exp.download:
-        once("download", "download", "download", ["download", *exp.download, *offline], "download.json")
-    ft = exp.finetune
-    if exp.baseline is not None:
-        seeds = hydra_list(ft.seeds if ft else [])
-        for task in exp.baseline.tasks:
-            once(f"finetune released {task}", "finetune", f"finetune_released_{task}",
-                 ["finetune", *common, f"model={exp.baseline.model}", f"task={task}", f"finetune.seeds={seeds}"],
-                 "results.json", row="released", task=task)
-    for stage, command in pretrain_stages(exp):
-        s = getattr(exp, stage)
-        for arm in s.arms:
-            start: list[str] = []
-            needs: list[Path] = []
-            if stage == "continual" and s.start == "scratch":
-                needs = [final(runs / f"scratch_{arm}")]
-                start = [f"model.name_or_path={needs[0]}"]
-            b.add(Step(f"{exp.name} {command} {arm}", stage, runs / f"{stage}_{arm}",
-                       [command, *common, f"model={s.model}", *start, f"domain={s.domain}", f"masking={arm}",
-                        *s.overrides], kind="pretrain", needs=needs, meta={"arm": arm}, home=runs))
-    if ft is not None and ft.model:
-        stage = "continual" if exp.continual is not None else "scratch"
-        rows = [(arm, f"{stage}_{arm}", arm) for arm in getattr(exp, stage).arms] if pretrain_stages(exp) else []
+    def pretrain(self, name: str, part: str, run: str, command: list[str], needs: list[Path],
+                 **meta: object) -> None:
+        self.b.add(Step(f"{self.exp.name} {name}", part, self.runs / run, command, kind="pretrain", needs=needs,
+                        meta=dict(meta), home=self.runs))
+
+    def finetune(self, name: str, run: str, model: str, ckpt: Path | None, task: str, seeds: list[int],
+                 overrides: list[str], **meta: object) -> None:
+        init = [f"model.name_or_path={ckpt}"] if ckpt else []
+        self.once(name, "finetune", run, ["finetune", *self.common, f"model={model}", *init, f"task={task}",
+                                          f"finetune.seeds={hydra_list(seeds)}", *overrides],
+                  "results.json", [ckpt] if ckpt else [], task=task, **meta)
+
+    def download(self) -> None:
+        if self.exp.download:
+            self.once("download", "download", "download", ["download", *self.exp.download, *self.offline],
+                      "download.json")
+
+    def baseline(self) -> None:
+        """The released model fine-tuned as it is (no finetune.overrides: the paper's recipe)."""
+        if self.exp.baseline is None:
+            return
+        seeds = self.exp.finetune.seeds if self.exp.finetune else []
+        for task in self.exp.baseline.tasks:
+            self.finetune(f"finetune released {task}", f"finetune_released_{task}", self.exp.baseline.model, None,
+                          task, seeds, [], row="released")
+
+    def pretraining(self) -> None:
+        for stage, command in pretrain_stages(self.exp):
+            s = getattr(self.exp, stage)
+            for arm in s.arms:
+                needs = [final(self.runs / f"scratch_{arm}")] if stage == "continual" and s.start == "scratch" else []
+                self.pretrain(f"{command} {arm}", stage, f"{stage}_{arm}",
+                              [command, *self.common, f"model={s.model}",
+                               *[f"model.name_or_path={n}" for n in needs], f"domain={s.domain}", f"masking={arm}",
+                               *s.overrides], needs, arm=arm)
+
+    def finetuning(self) -> None:
+        """The last pre-training stage's checkpoint of each arm (and finetune.scratch_arms' scratch ones)."""
+        ft = self.exp.finetune
+        if ft is None or not ft.model:
+            return
+        stages = pretrain_stages(self.exp)
+        stage = stages[-1][0] if stages else ""
+        rows = [(arm, f"{stage}_{arm}", arm) for arm in getattr(self.exp, stage).arms] if stage else []
         rows += [(arm, f"scratch_{arm}", f"scratch_{arm}") for arm in ft.scratch_arms]
         for arm, run, row in rows:
             for task in ft.tasks:
-                ckpt = final(runs / run)
-                once(f"finetune {row} {task}", "finetune", f"finetune_{row}_{task}",
-                     ["finetune", *common, f"model={ft.model}", f"model.name_or_path={ckpt}", f"task={task}",
-                      f"finetune.seeds={hydra_list(ft.seeds)}", *ft.overrides], "results.json", [ckpt],
-                     arm=arm, task=task)
-    if exp.efficiency is not None:
-        e = exp.efficiency
-        src = plans.get(e.from_experiment or exp.name)
-        sft = src.finetune
-        if sft is None and (e.model is None or e.seeds is None or e.overrides is None):
-            raise UserError(f"femlm/conf/experiment/{exp.name}.yaml: efficiency needs model, seeds and overrides "
-                            f"(experiment {src.name} has no finetune block to take them from)")
-        model = e.model or sft.model  # type: ignore[union-attr]
-        seeds = e.seeds if e.seeds is not None else sft.seeds  # type: ignore[union-attr]
-        over = e.overrides if e.overrides is not None else sft.overrides  # type: ignore[union-attr]
-        swept = [b.pull(src.name, f"continual_{arm}") for arm in e.arms]
+                self.finetune(f"finetune {row} {task}", f"finetune_{row}_{task}", ft.model, final(self.runs / run),
+                              task, ft.seeds, ft.overrides, arm=arm)
+
+    def efficiency(self) -> None:
+        e = self.exp.efficiency
+        if e is None:
+            return
+        src = self.plans.get(e.from_experiment or self.exp.name)
+        if src.finetune is None and (e.model is None or e.seeds is None or e.overrides is None):
+            raise UserError(f"femlm/conf/experiment/{self.exp.name}.yaml: efficiency needs model, seeds and "
+                            f"overrides (experiment {src.name} has no finetune block to take them from)")
+        sft = src.finetune or Finetune(tasks=[], seeds=[])
+        model = e.model or sft.model
+        seeds = e.seeds if e.seeds is not None else sft.seeds
+        over = e.overrides if e.overrides is not None else sft.overrides
+        swept = [self.b.pull(src.name, f"continual_{arm}") for arm in e.arms]  # planned first where missing
         for arm, run in zip(e.arms, swept, strict=True):
-            once(f"efficiency {arm}", "efficiency", f"efficiency_{arm}",
-                 ["evaluate", *common, f"model={model}", f"task={e.task}", f"evaluate.checkpoints={run}",
-                  "evaluate.sweep=true", f"finetune.seeds={hydra_list(seeds)}", *over], "efficiency.json",
-                 [final(run)], arm=arm)
-    if exp.ablation is not None:
-        a = exp.ablation
+            self.once(f"efficiency {arm}", "efficiency", f"efficiency_{arm}",
+                      ["evaluate", *self.common, f"model={model}", f"task={e.task}", f"evaluate.checkpoints={run}",
+                       "evaluate.sweep=true", f"finetune.seeds={hydra_list(seeds)}", *over], "efficiency.json",
+                      [final(run)], arm=arm)
+
+    def ablation(self) -> None:
+        a = self.exp.ablation
+        if a is None:
+            return
         for k in a.num_masks:
-            run = runs / f"ablation_k{k}"
-            b.add(Step(f"{exp.name} ablation K={k}", "ablation", run,
-                       ["continual-pretrain", *common, f"model={a.model}", f"domain={a.domain}", f"masking={a.masking}",
-                        f"masking.num_masks={k}", f"masking.ratio={a.ratio}", *a.overrides], kind="pretrain",
-                       meta={"num_masks": k}, home=runs))
+            self.pretrain(f"ablation K={k}", "ablation", f"ablation_k{k}",
+                          ["continual-pretrain", *self.common, f"model={a.model}", f"domain={a.domain}",
+                           f"masking={a.masking}", f"masking.num_masks={k}", f"masking.ratio={a.ratio}",
+                           *a.overrides], [], num_masks=k)
             for task in a.tasks:
-                once(f"finetune ablation K={k} {task}", "finetune", f"finetune_ablation_k{k}_{task}",
-                     ["finetune", *common, f"model={a.model}", f"model.name_or_path={final(run)}", f"task={task}",
-                      f"finetune.seeds={hydra_list(a.seeds)}"], "results.json", [final(run)], num_masks=k, task=task)
-    if exp.analysis is not None:
-        an = exp.analysis
-        where = {w: (b.ref(exp, r) if r else None) for w, r in (("before", an.before), ("after", an.after))}
+                self.finetune(f"finetune ablation K={k} {task}", f"finetune_ablation_k{k}_{task}", a.model,
+                              final(self.runs / f"ablation_k{k}"), task, a.seeds, [], num_masks=k)
+
+    def analysis(self) -> None:
+        an = self.exp.analysis
+        if an is None:
+            return
+        where = {w: (self.b.ref(self.exp, r) if r else None) for w, r in (("before", an.before), ("after", an.after))}
         for when, run in where.items():
             ckpt = [final(run)] if run else []
-            once(f"analyze {when}", "analysis", f"analyze_{when}",
-                 ["analyze", an.kind, *common, f"model={an.model}", *[f"model.name_or_path={c}" for c in ckpt],
-                  f"domain={an.domain}", *([f"masking={an.masking}"] if an.masking else []), *an.overrides],
-                 "analysis.json", ckpt, checkpoint=when)
-    return b.steps
+            self.once(f"analyze {when}", "analysis", f"analyze_{when}",
+                      ["analyze", an.kind, *self.common, f"model={an.model}",
+                       *[f"model.name_or_path={c}" for c in ckpt], f"domain={an.domain}",
+                       *([f"masking={an.masking}"] if an.masking else []), *an.overrides],
+                      "analysis.json", ckpt, checkpoint=when)
 
 
 def build_steps(exps: list[Experiment], opts: Options) -> list[Step]:

@@ -96,6 +96,12 @@ def check_configs(exp: Experiment) -> None:
     for s in (exp.scratch, exp.continual):
         if s is not None:
             named += [("model", s.model), ("domain", s.domain), *[("masking", a) for a in s.arms]]
+    if exp.continual is not None and exp.continual.start not in ("model", "scratch"):
+        raise UserError(f"{where}: continual.start={exp.continual.start!r}; allowed model (the model config's "
+                        "weights), scratch (each arm's scratch run)")
+    if exp.continual is not None and exp.continual.start == "scratch" and (
+            exp.scratch is None or set(exp.continual.arms) - set(exp.scratch.arms)):
+        raise UserError(f"{where}: continual.start=scratch needs every continual arm among scratch.arms")
     if exp.baseline is not None:
         named += [("model", exp.baseline.model), *[("task", t) for t in exp.baseline.tasks]]
     if exp.finetune is not None:

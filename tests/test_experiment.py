@@ -68,7 +68,7 @@ def test_a_bad_key_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_a_config_the_plan_names_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = (CONF / "experiment" / "tiny.yaml").read_text().replace("iid_subword]", "iid_sbword]", 1)
+    text = (CONF / "experiment" / "tiny.yaml").read_text().replace("iid_subword]", "iid_sbword]")
     _with_file(tmp_path, monkeypatch, "tiny", text)
     with pytest.raises(UserError, match="masking=iid_sbword, but femlm/conf/masking/iid_sbword.yaml does not exist"):
         build_steps([load("tiny")], Options())

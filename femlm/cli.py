@@ -261,6 +261,16 @@ for _name, _command in COMMANDS.items():
     _register(_name, _command)
 
 
+@app.command("experiment", add_help_option=False, context_settings={
+    "allow_extra_args": True, "ignore_unknown_options": True},
+    help="Run experiment files end to end, resumably: femlm experiment NAME... [--plan] (femlm experiment --help; "
+         "the same as python -m femlm.experiment).")
+def experiment(ctx: typer.Context) -> None:
+    from femlm.experiment.cli import parser, run
+
+    raise typer.Exit(run(parser("femlm experiment").parse_args(list(ctx.args))))
+
+
 def main() -> None:
     app()
 

@@ -49,8 +49,6 @@ class TopLevel:
     dry_run: bool = False
     # Pre-training only. None: a fresh run; true: continue this command's newest run; a run directory: that run.
     resume: Optional[str] = None
-    # The plan of an `experiment=<name>` config (conf/experiment/), recorded with the run.
-    experiment: dict[str, Any] = field(default_factory=dict)
 
 
 # The schema: the top-level keys, then one field per section (cfg.trainer is a TrainerConfig, ...).
@@ -95,7 +93,7 @@ def unknown_key_message(command: str, full_key: str) -> str:
         except (NameError, TypeError):
             break
         path.append(part)
-    # Below a free-form mapping (model.arch, experiment): any key may be added, with a +.
+    # Below a free-form mapping (model.arch): any key may be added, with a +.
     return f"{full_key}: not in the composed config; add a free-form key with +{full_key}=<value>"
 
 

@@ -33,9 +33,18 @@ def test_every_option_of_every_group_composes_for_every_command(command: str) ->
 
 
 def test_groups_are_what_each_command_reads() -> None:
-    assert set(config_groups("continual-pretrain")) == {"model", "domain", "masking", "runtime", "preset", "experiment"}
-    assert set(config_groups("finetune")) == {"model", "task", "runtime", "preset", "experiment"}
+    assert set(config_groups("continual-pretrain")) == {"model", "domain", "masking", "runtime", "preset"}
+    assert set(config_groups("finetune")) == {"model", "task", "runtime", "preset"}
     assert "_glue" not in config_groups("finetune")["task"]  # shared blocks are not options
+
+
+def test_experiment_plans_do_not_compose_into_a_command() -> None:
+    """conf/experiment/ is read by the experiment runner alone: no command's config carries the plan."""
+    for command in COMMANDS:
+        assert "experiment" not in config_groups(command)
+        assert not hasattr(validate(compose(command, NEEDS.get(command, [])), command), "experiment")
+    with pytest.raises(UserError, match="continual-pretrain has no config group 'experiment'"):
+        compose("continual-pretrain", ["experiment=tiny"])
 
 
 def test_a_new_masking_arm_is_one_short_file(tmp_path: Path) -> None:

@@ -24,8 +24,10 @@ ALLOWED = {
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
-    "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
-    "study": {"analysis", "data", "errors", "models", "outputs", "provenance", "report", "runs"},
+    "cli": {"commands", "compose", "config", "errors", "experiment", "runs", "runtime"},
+    # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
+    "experiment": {"femlm", "errors"},
+    "study": {"analysis", "data", "errors", "experiment", "models", "outputs", "provenance", "report", "runs"},
 }
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from femlm.errors import UserError
+from femlm.experiment.runner import Runner
+from femlm.experiment.schema import load
+from femlm.experiment.tables import Options
 from femlm.study import driver as drv
 from femlm.study.plan import build_steps, check_plan, load_plan, override_value
 from helpers.configs import composed
@@ -80,7 +83,7 @@ class FakeFemlm:
         self.calls: list[tuple[str, list[str]]] = []
         self.fail_on = fail_on
 
-    def __call__(self, driver: drv.Driver, step, args: list[str]) -> None:
+    def __call__(self, runner: Runner, step, args: list[str]) -> None:
         self.calls.append((step.name, args))
         if self.fail_on and self.fail_on in step.name:
             (step.run_dir).mkdir(parents=True, exist_ok=True)
@@ -96,31 +99,33 @@ class FakeFemlm:
             (step.run_dir / step.output).write_text("{}")
 
 
-def fake_driver(tmp_path: Path, fake: FakeFemlm, monkeypatch: pytest.MonkeyPatch) -> drv.Driver:
-    plan = load_plan(smoke=True)
+def fake_driver(tmp_path: Path, fake: FakeFemlm, monkeypatch: pytest.MonkeyPatch) -> Runner:
+    """The runner on the smoke study, every femlm command replaced by `fake`."""
     (tmp_path / "enc").mkdir(exist_ok=True)
-    monkeypatch.setattr(drv.Driver, "femlm", lambda self, step, args: fake(self, step, args))
-    monkeypatch.setattr(drv.Driver, "encoder", lambda self: tmp_path / "enc")
+    monkeypatch.setattr(Runner, "femlm", lambda self, step, args: fake(self, step, args))
+    monkeypatch.setattr(drv, "locate_encoder", lambda plan, runs: tmp_path / "enc")
     monkeypatch.setattr(drv.enc, "describe", lambda path: {"parameters": 1, "sha256": "0" * 64})
     monkeypatch.setattr(drv.enc, "without_pooler", lambda src, out: out.mkdir(parents=True, exist_ok=True))
     import femlm.study.results as res
 
     monkeypatch.setattr(res, "write_results", lambda *a, **k: tmp_path / "out" / "README.md")
     monkeypatch.setenv("FEMLM_MIRROR", str(tmp_path))
-    return drv.Driver(plan, tmp_path / "runs", tmp_path / "out")
+    return Runner([load("study", smoke=True)], Options(runs=tmp_path / "runs", out=tmp_path / "out", smoke=True,
+                                                       named=["study"]))
 
 
 def test_driver_runs_each_step_once_resumes_cut_runs_and_sets_aside_others(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeFemlm()
     d = fake_driver(tmp_path, fake, monkeypatch)
+    runs = tmp_path / "runs"
     assert d.run() == 0
     names = [n for n, _ in fake.calls]
-    assert len(names) == len(set(names)) == sum(1 for s in build_steps(d.plan, d.runs, tmp_path / "enc")
+    assert len(names) == len(set(names)) == sum(1 for s in build_steps(load_plan(True), runs, tmp_path / "enc")
                                                  if s.command)
     assert all(any(a.startswith("hydra.run.dir=") for a in args) for _, args in fake.calls)
-    assert not list((d.runs / "warmup" / "checkpoints").glob("state_*"))  # finished runs drop their states
-    timings = json.loads((d.runs / "timings.json").read_text())
+    assert not list((runs / "warmup" / "checkpoints").glob("state_*"))  # finished runs drop their states
+    timings = json.loads((runs / "timings.json").read_text())
     assert set(timings) == set(names) and all(t["status"] == "done" for t in timings.values())
 
     # Second invocation: nothing to do.
@@ -128,9 +133,9 @@ def test_driver_runs_each_step_once_resumes_cut_runs_and_sets_aside_others(tmp_p
     assert fake_driver(tmp_path, fake, monkeypatch).run() == 0 and fake.calls == []
 
     # A pre-training run cut mid-way resumes in place; a fine-tuning run cut mid-way is set aside and rerun.
-    cut = d.runs / "pretrain" / "fe_subword_rows_s2"
+    cut = runs / "pretrain" / "fe_subword_rows_s2"
     (cut / "summary.json").unlink()
-    ft = d.runs / "finetune" / "fe_subword_aclarc"
+    ft = runs / "finetune" / "fe_subword_aclarc"
     (ft / "results.json").unlink()
     assert fake_driver(tmp_path, fake, monkeypatch).run() == 0
     calls = dict(fake.calls)
@@ -144,9 +149,9 @@ def test_a_failing_step_stops_the_study_and_is_recorded(tmp_path: Path, monkeypa
     d = fake_driver(tmp_path, fake, monkeypatch)
     with pytest.raises(UserError, match="failed"):
         d.run()
-    timings = json.loads((d.runs / "timings.json").read_text())
+    timings = json.loads((tmp_path / "runs" / "timings.json").read_text())
     assert timings["pretrain iid_subword same_rows seed 1"]["status"] == "failed"
-    assert not (d.runs / "finetune").exists()  # nothing after the failure ran
+    assert not (tmp_path / "runs" / "finetune").exists()  # nothing after the failure ran
 
 
 @pytest.mark.slow
@@ -184,8 +189,8 @@ def test_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
 def test_optional_step_is_skipped_past_the_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeFemlm()
     d = fake_driver(tmp_path, fake, monkeypatch)
-    d.plan["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
-    d.plan["estimate"]["budget_minutes"] = 1e-6  # already spent
+    d.exps[0].raw["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
+    d.exps[0].estimate.budget_minutes = 1e-6  # already spent
     assert d.run() == 0
     names = [n for n, _ in fake.calls]
     assert "decomposition on the warmup checkpoint" in names  # not optional: runs whatever the budget
@@ -194,8 +199,8 @@ def test_optional_step_is_skipped_past_the_time_budget(tmp_path: Path, monkeypat
     # With time left, a later invocation runs it (and only it).
     fake.calls.clear()
     again = fake_driver(tmp_path, fake, monkeypatch)
-    again.plan["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
-    again.plan["estimate"]["budget_minutes"] = 1e6
+    again.exps[0].raw["decomposition"].update(checkpoints=["warmup", "mlm_final"], optional=["mlm_final"])
+    again.exps[0].estimate.budget_minutes = 1e6
     assert again.run() == 0 and [n for n, _ in fake.calls] == ["decomposition on the mlm_final checkpoint"]
 
 

@@ -102,3 +102,13 @@ def test_resume_refuses_a_different_config(tmp_path: Path) -> None:
     other = tiny_config(tmp_path, lr=1.0)
     assert first_difference(config_dict(cfg), config_dict(other))[0] == "trainer.lr"
     assert check_resume(tmp_path / "nothing-saved", config_dict(other)) is None
+
+
+def test_a_run_saved_with_the_experiment_plan_in_its_config_still_resumes(tmp_path: Path) -> None:
+    """Runs saved before issue 30 recorded the `experiment:` block in their config; it is gone from the schema, and
+    such a run resumes (the plan never changed what a run computes)."""
+    cfg = tiny_config(tmp_path)
+    current = config_dict(cfg)
+    assert "experiment" not in current
+    write_config(tmp_path, {**current, "experiment": {"name": "study_base", "runs_dir": "runs/study-base"}})
+    assert check_resume(tmp_path, current) is not None

@@ -87,6 +87,7 @@ class PretrainRun:
     config: dict[str, Any]  # the run's resolved config.yaml ({} when absent)
     eval_curve: list[tuple[int, float]]  # (step, eval_loss) from metrics.jsonl
     info: dict[str, Any] = field(default_factory=dict)  # run.json (git commit, hardware)
+    evals: list[dict[str, Any]] = field(default_factory=list)  # the whole eval records (counts, train_flops)
 
     @property
     def dir(self) -> Path:
@@ -191,9 +192,14 @@ def _finetune(path: Path, data: dict[str, Any]) -> FinetuneResult:
     return FinetuneResult(path, task, metric, split, Provenance.of(data.get("pretrain")), scores, data)
 
 
-def _eval_curve(run_dir: Path) -> list[tuple[int, float]]:
+def eval_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The eval records of a pre-training run's metrics.jsonl: step, eval_loss, eval_accuracy and the counts."""
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("eval_loss") is not None]
+
+
+def _eval_curve(records: list[dict[str, Any]]) -> list[tuple[int, float]]:
     curve: list[tuple[int, float]] = []
-    for record in read_metrics(run_dir / "metrics.jsonl"):
+    for record in records:
         loss, step = record.get("eval_loss"), record.get("step")
         if isinstance(loss, (int, float)) and isinstance(step, (int, float)) and math.isfinite(loss):
             curve.append((int(step), float(loss)))
@@ -266,8 +272,9 @@ def read_file(path: Path, collection: Collection) -> None:
     elif kind == "efficiency":
         collection.efficiency.append((path, data))
     elif kind == "pretrain":
-        collection.pretrain.append(PretrainRun(path, data, _run_config(path.parent), _eval_curve(path.parent),
-                                               _run_info(path.parent)))
+        evals = eval_records(path.parent)
+        collection.pretrain.append(PretrainRun(path, data, _run_config(path.parent), _eval_curve(evals),
+                                               _run_info(path.parent), evals))
     elif kind == "evaluate":
         # `femlm evaluate` scoring already fine-tuned checkpoints: no pre-training arm, no table cell.
         collection.notes.append(f"{path}: an evaluate run (scores of fine-tuned checkpoints), not tabulated")
@@ -296,3 +303,8 @@ def collect(inputs: list[str], exclude: Path | None = None) -> Collection:
             seen.add(real)
             read_file(path, collection)
     return collection
+
+
+def run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The resolved config a run recorded (config.yaml), {} when it has none."""
+    return _run_config(Path(run_dir).expanduser())

@@ -1,4 +1,5 @@
-"""Read what the study's runs left behind: summaries, evaluation curves, fine-tuning results, decompositions.
+"""Read what the study's runs left behind, through report's collector (femlm.report.collect): pre-training summaries
+with their evaluation curves, fine-tuning results; and the decompositions, which only the study reads.
 
 Runs still missing (a study cut short) are listed, and the statistics use the runs that finished."""
 
@@ -8,18 +9,24 @@ import json
 from pathlib import Path
 from typing import Any
 
-from femlm.runs import read_metrics
-from femlm.study.plan import Step
+from femlm.experiment.step import Step
+from femlm.report import collect as report
 
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def read(path: Path) -> report.Collection:
+    """One result file read as `femlm report` reads it (a file it cannot use is listed in `skipped`)."""
+    found = report.Collection()
+    report.read_file(path, found)
+    return found
 
-def eval_curve(run_dir: Path) -> list[dict[str, Any]]:
-    """The eval records of a pre-training run: step, train_flops, eval_loss, eval_accuracy and the counts."""
-    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("eval_loss") is not None]
+
+def pretrain_entry(run_dir: Path) -> dict[str, Any] | None:
+    runs = read(run_dir / "summary.json").pretrain
+    return {"summary": runs[0].summary, "curve": runs[0].evals, "dir": str(run_dir)} if runs else None
 
 
 def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, Any]:
@@ -27,24 +34,23 @@ def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, An
     for step in steps:
         if step.part in ("encoder", "results", "download"):
             continue
-        if not step.done():
+        entry: dict[str, Any] | None = None
+        if step.done():
+            if step.part in ("head_warmup", "warmup", "pretrain"):
+                entry = pretrain_entry(step.run_dir)
+            elif step.part == "finetune":
+                results = read(step.run_dir / "results.json").finetune
+                entry = {"results": results[0].raw, "dir": str(step.run_dir)} if results else None
+            elif step.part == "decomposition":
+                entry = {"json": read_json(step.run_dir / "decomposition.json"), "dir": str(step.run_dir)}
+        if entry is None:
             data["optional_missing" if step.optional else "missing"].append(step.name)
-            continue
-        if step.part == "head_warmup":
-            data["head_warmup"] = {"summary": read_json(step.run_dir / "summary.json"),
-                                   "curve": eval_curve(step.run_dir), "dir": str(step.run_dir)}
-        elif step.part == "warmup":
-            data["warmup"] = {"summary": read_json(step.run_dir / "summary.json"), "curve": eval_curve(step.run_dir),
-                              "dir": str(step.run_dir)}
-        elif step.part == "pretrain":
-            data["pretrain"].append({**step.meta, "summary": read_json(step.run_dir / "summary.json"),
-                                     "curve": eval_curve(step.run_dir), "dir": str(step.run_dir)})
-        elif step.part == "finetune":
-            data["finetune"].append({**step.meta, "results": read_json(step.run_dir / "results.json"),
-                                     "dir": str(step.run_dir)})
-        elif step.part == "decomposition":
-            data["decomposition"][step.meta.get("key", step.meta["checkpoint"])] = {
-                "json": read_json(step.run_dir / "decomposition.json"), "dir": str(step.run_dir), **step.meta}
+        elif step.part in ("head_warmup", "warmup"):
+            data[step.part] = entry
+        elif step.part in ("pretrain", "finetune"):
+            data[step.part].append({**step.meta, **entry})
+        else:
+            data["decomposition"][step.meta.get("key", step.meta["checkpoint"])] = {**entry, **step.meta}
     data["encoder"] = read_json(runs / "encoder_check" / "encoder.json")
     return data
 
@@ -56,10 +62,7 @@ def arm_runs(data: dict[str, Any], arm: str, mode: str, reference: str) -> list[
 
 def run_config(run_dir: str | Path | None) -> dict[str, Any]:
     """The resolved config a run recorded (config.yaml): what it actually ran with."""
-    import yaml
-
-    path = Path(run_dir or "") / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if run_dir and path.is_file() else {}
+    return report.run_config(run_dir) if run_dir else {}
 
 
 def part_walls(timings: dict[str, Any]) -> dict[str, float]:

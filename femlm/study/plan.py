@@ -26,86 +26,28 @@ no fine-tuning.
 
 from __future__ import annotations
 
-import copy
-import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.experiment.schema import Experiment, load
+from femlm.experiment.step import Step, final, override_value
 
 EXPERIMENT = "study"
 MODE_SHORT = {"same_rows": "rows", "same_sequences": "seqs"}
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` merged into a copy of `base`: mappings key by key, everything else replaced."""
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def load_plan(smoke: bool = False, name: str = EXPERIMENT) -> dict[str, Any]:
-    from femlm.report.experiment import load_experiment
-
-    plan = load_experiment(name)
-    smoke_block = plan.pop("smoke", None) or {}
-    if smoke:
-        plan = merge(plan, smoke_block)
-        plan["smoke"] = True
-    else:
-        plan["smoke"] = False
+def study_plan(exp: Experiment, smoke: bool) -> dict[str, Any]:
+    """The plan as the study's code reads it: the file's mapping (smoke block merged when asked, then dropped),
+    with `smoke` a flag."""
+    plan = {k: v for k, v in exp.raw.items() if k != "smoke"}
+    plan["smoke"] = bool(smoke)
     return plan
 
 
-def override_value(overrides: list[str], key: str, default: Any = None) -> Any:
-    """The value a list of Hydra overrides gives `key` (the last one wins), parsed as YAML."""
-    import yaml
-
-    value = default
-    for item in overrides:
-        k, _, v = item.partition("=")
-        if k.lstrip("+~") == key:
-            value = yaml.safe_load(v)
-    return value
-
-
-@dataclass
-class Step:
-    """One femlm command (or in-process action) of the study."""
-
-    name: str  # unique and readable: "pretrain fe_subword same_rows seed 2"
-    part: str  # encoder | download | warmup | decomposition | pretrain | finetune | results
-    run_dir: Path
-    command: list[str] = field(default_factory=list)  # femlm subcommand and its overrides (no hydra.run.dir)
-    kind: str = "once"  # pretrain (resumable) | once (rerun from scratch when cut) | inprocess
-    output: str = ""  # file in run_dir whose presence means done (pretrain: also checkpoints/final)
-    estimate_s: float = 0.0
-    needs: list[Path] = field(default_factory=list)  # checkpoints it reads (made by earlier steps)
-    meta: dict[str, Any] = field(default_factory=dict)  # arm, mode, seed, task, row: what the results read
-    optional: bool = False  # run only if the study's time budget still allows it (estimate.budget_minutes)
-
-    def done(self) -> bool:
-        if self.kind == "pretrain":
-            return (self.run_dir / "summary.json").is_file() and (self.run_dir / "checkpoints" / "final").is_dir()
-        path = self.run_dir / self.output
-        if not self.output or not path.is_file():
-            return False
-        if self.output == "results.json":  # rewritten after every seed: a run killed between seeds is not done
-            return bool(json.loads(path.read_text()).get("complete", True))
-        return True
-
-    def started(self) -> bool:
-        return (self.run_dir / "run.json").is_file()
-
-
-def final(run_dir: Path) -> Path:
-    return run_dir / "checkpoints" / "final"
+def load_plan(smoke: bool = False, name: str = EXPERIMENT) -> dict[str, Any]:
+    return study_plan(load(name, smoke=smoke), smoke)
 
 
 def pretrain_dir(runs: Path, arm: str, mode: str, seed: int) -> Path:
@@ -245,6 +187,9 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
             step.optional = "mlm_final" in d.get("optional", [])
             steps.append(step)
     steps.append(Step("results", "results", runs, kind="inprocess", estimate_s=est.get("results")))
+    for step in steps:  # logs and timings under the study's runs; finished pre-training keeps no optimizer states
+        step.home = runs
+        step.drop_states = step.kind == "pretrain"
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
         raise UserError("study plan: two steps share a name; check the arms, modes and seeds for duplicates")

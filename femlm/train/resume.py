@@ -21,6 +21,7 @@ from femlm.errors import UserError
 from femlm.train.config import PRETRAIN_SECTIONS
 
 CONFIG_FILE = "pretrain_config.json"
+# "experiment": runs saved before issue 30 recorded the experiment plan in their config; it never changed results.
 MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "trainer.max_passes",
               "experiment")
 # Keys added to the schema after runs were saved, with the value that means what those runs did: a run saved

@@ -1,0 +1,27 @@
+"""`make help` is generated from the `## ` comments on the Makefile's targets: every target documents itself."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_make_help_lists_every_target_with_its_comment() -> None:
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    text = (REPO / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:(.*?)(?<!\\)$", text, re.M | re.S).group(1).replace("\\\n", " ").split()
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listed = dict(line.strip().split(None, 1) for line in proc.stdout.splitlines())
+    assert set(listed) == set(phony), "every phony target has a `## ` comment, and only those are listed"
+    comment = re.search(r"^reproduce-table2:.*## (.*)$", text, re.M).group(1)
+    assert listed["reproduce-table2"] == comment.strip()
+    first = re.search(r"^([a-zA-Z0-9_-]+):", text, re.M).group(1)
+    assert first == "help"  # a bare `make` prints the help

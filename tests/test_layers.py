@@ -9,20 +9,23 @@ ROOT = Path(__file__).resolve().parents[1] / "femlm"
 # package -> the femlm packages it may import from ("femlm" is the package root: CONF_DIR, __version__).
 ALLOWED = {
     "errors": set(),
+    "stop": set(),
     "runs": {"errors"},
     "runtime": {"errors", "runs"},
     "masking": set(),
     "paper": set(),
-    "data": {"femlm", "errors"},
+    "data": {"femlm", "errors", "stop"},
     "models": {"data", "errors"},
-    "train": {"data", "errors", "masking", "models", "runs", "runtime"},
-    "eval": {"data", "errors", "models", "paper", "runs", "runtime"},
-    "analysis": {"data", "errors", "masking", "models", "runs", "runtime"},
+    "train": {"data", "errors", "masking", "models", "runs", "runtime", "stop"},
+    "eval": {"data", "errors", "models", "paper", "runs", "runtime", "stop"},
+    "analysis": {"data", "errors", "masking", "models", "runs", "runtime", "stop"},
     "report": {"femlm", "errors", "paper", "runs"},
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
-    "cli": {"commands", "compose", "config", "errors", "runs", "runtime"},
+    "cli": {"autoresume", "commands", "compose", "config", "errors", "runs", "runtime", "stop"},
+    "autoresume": set(),
+    "launch": set(),
     "study": {"analysis", "data", "errors", "models", "report", "runs"},
 }
 

@@ -300,9 +300,11 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
         # Under torchrun only rank 0 owns a run directory; the others write nothing (see femlm.train).
         overrides += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                       "hydra/hydra_logging=disabled", "hydra.run.dir=."]
-    if multirun and "hydra/launcher=submitit_local" in overrides:  # hydra's local launcher, failures in one line
-        overrides += ["hydra.launcher._target_=femlm.launch.LocalLauncher"]
     _check_all(name, overrides, multirun, print_job=cfg == "job", launch=cfg is None)
+    if multirun:
+        from femlm.launch import report_failed_jobs_in_one_line
+
+        report_failed_jobs_in_one_line()
     if cfg == "job":
         return
     register_schema()

@@ -1,7 +1,7 @@
-"""femlm's submitit launchers (hydra/launcher=slurm_gpu, slurm_node, and submitit_local through the CLI):
-hydra-submitit-launcher's own, unchanged in what they submit and how a job is checkpointed and requeued
-(`checkpoint()` resubmits the same hydra job into the same directory, where femlm continues the run: femlm.cli),
-except that a job that ended without a result is reported in one line instead of submitit's traceback.
+"""Sweeps through hydra-submitit-launcher (hydra/launcher=slurm_gpu, slurm_node, submitit_local): its launchers
+are used unchanged in what they submit and how a job is checkpointed and requeued (`checkpoint()` resubmits the
+same hydra job into the same directory, where femlm continues the run: femlm.cli), except that a job that ended
+without a result is reported in one line instead of submitit's traceback.
 
 A job's own stderr ends with femlm's one-line error (`femlm: error: ...`, e.g. "job not requeued: timed-out too
 many times (hydra.launcher.max_num_timeout)"); that line is what the sweep prints, with the job's log file.
@@ -13,9 +13,6 @@ import re
 import sys
 from collections.abc import Sequence
 from typing import Any
-
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher as _HydraLocal
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _HydraSlurm
 
 
 def one_line(message: str) -> str:
@@ -30,20 +27,27 @@ def one_line(message: str) -> str:
     return f"{where} did not finish: {rest[-1] if rest else 'no output'} (its log: the sweep's .submitit/ folder)"
 
 
-class _OneLineFailures:
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
+def report_failed_jobs_in_one_line() -> None:
+    """Wrap hydra-submitit-launcher's `launch` (in the submitting process only; a submitted job runs the same
+    launcher's `__call__`, untouched) so that a job that ended without a result stops the sweep with one line.
+    Hydra instantiates launchers only from its `hydra_plugins` package, so femlm wraps the method rather than
+    subclassing it."""
+    try:
+        from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+    except ImportError:  # the plugin is not installed: no submitit launcher to wrap
+        return
+    launch = BaseSubmititLauncher.launch
+    if getattr(launch, "femlm_one_line", False):
+        return
+
+    def one_line_launch(self: Any, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Any:
         from submitit.core.utils import UncompletedJobError
 
         try:
-            return super().launch(job_overrides, initial_job_idx)  # type: ignore[misc]
+            return launch(self, job_overrides, initial_job_idx)
         except UncompletedJobError as err:
             sys.stderr.write(f"femlm: error: {one_line(str(err))}\n")
             raise SystemExit(1) from None
 
-
-class SlurmLauncher(_OneLineFailures, _HydraSlurm):
-    pass
-
-
-class LocalLauncher(_OneLineFailures, _HydraLocal):
-    pass
+    one_line_launch.femlm_one_line = True  # type: ignore[attr-defined]
+    BaseSubmititLauncher.launch = one_line_launch  # type: ignore[method-assign]

@@ -23,7 +23,7 @@ ALLOWED = {
     "commands": {"train"},
     "config": {"analysis", "commands", "data", "errors", "eval", "masking", "models", "report", "runtime", "train"},
     "compose": {"femlm", "commands", "config", "errors"},
-    "cli": {"autoresume", "commands", "compose", "config", "errors", "runs", "runtime", "stop"},
+    "cli": {"autoresume", "commands", "compose", "config", "errors", "launch", "runs", "runtime", "stop"},
     "autoresume": set(),
     "launch": set(),
     "study": {"analysis", "data", "errors", "models", "report", "runs"},

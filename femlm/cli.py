@@ -10,9 +10,11 @@ command's plan (every check of a real run, no work) and writes ``plan.json`` ins
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -24,7 +26,9 @@ import yaml
 
 from femlm.commands import COMMANDS, Command, config_name
 from femlm.errors import UserError
-from femlm.runtime.cluster import process_rank
+from femlm.runs import is_finished, launcher_job_of
+from femlm.runtime.cluster import process_rank, submitit_job_id
+from femlm.stop import handoff, launcher_handler, signal_name, stop_signals
 
 app = typer.Typer(
     help="femlm: fully-explored masked language modelling (Zheng et al., 2020), end to end.\n\n"
@@ -86,10 +90,23 @@ def _override_key(override: str) -> str:
 def _resume_overrides(name: str, overrides: list[str], multirun: bool = False) -> list[str]:
     """`resume=true|DIR` continues a run in its own directory, recomposed from the overrides that started it
     (keys given again on this command line win, e.g. a longer trainer.max_steps). With -m (a job of a sweep
-    resubmitted through a launcher, e.g. to SLURM) the directory is the sweep's one job."""
+    resubmitted through a launcher, e.g. to SLURM) the directory is the sweep's one job. `resume=auto`: the newest
+    run of this command started with the same overrides continues if it is unfinished; without one a new run
+    starts; a finished one is not run again (femlm.autoresume)."""
     value = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == "resume"), None)
     if value in (None, "null", "None", "false", "False"):
         return overrides
+    if value.lower() == "auto":
+        from femlm.autoresume import auto_resume_dir
+
+        found = auto_resume_dir(_runs_root() / name, overrides, multirun)
+        if found is None:
+            return [o for o in overrides if _override_key(o) != "resume"]
+        if is_finished(found):
+            typer.echo(f"femlm: resume=auto: {found} (same command and overrides) already finished; nothing to do",
+                       err=True)
+            raise SystemExit(0)
+        value = str(found)
     if value.lower() == "true":
         candidates = sorted((_runs_root() / name).glob("*/run.json"), key=lambda p: p.stat().st_mtime)
         if not candidates:
@@ -154,16 +171,35 @@ def _check_all(name: str, overrides: list[str], multirun: bool, print_job: bool,
 
     try:
         jobs = sweep_jobs(overrides) if multirun else [overrides]
-        for cfg in compose_jobs(name, jobs, with_hydra=True):
+        for number, cfg in enumerate(compose_jobs(name, jobs, with_hydra=True)):
             typed = validate(cfg, name)
             if process_rank() == 0:
                 _check_output_dir(cfg, multirun)
                 if launch:
                     _check_launcher(cfg, multirun)
+                    if multirun and cfg.hydra.runtime.choices.get("hydra/launcher") != "basic" and not typed.dry_run:
+                        _plan_job(name, number, jobs[number], typed)
             if print_job:  # --cfg job: the command's own sections, every key with its (validated) value
                 typer.echo(yaml.safe_dump(command_config(typed, name), sort_keys=False).rstrip())
     except UserError as err:
         fail(str(err))
+
+
+def _plan_job(name: str, number: int, job: list[str], typed: Any) -> None:
+    """A sweep queued to a launcher is checked before anything is queued: each job's plan, as its --dry-run would
+    run it (in a scratch directory, its printout dropped); a refused job is one line naming it and the key."""
+    import io
+    import tempfile
+
+    from femlm.runs import Run
+
+    with tempfile.TemporaryDirectory(prefix="femlm-sweep-check-") as scratch, \
+            contextlib.redirect_stdout(io.StringIO()):
+        try:
+            COMMANDS[name].load("plan")(typed, Run(dir=Path(scratch), command=name))
+        except UserError as err:
+            shown = " ".join(o for o in job if not o.startswith("hydra"))
+            raise UserError(f"sweep job #{number} ({shown}): {err}; nothing was queued") from None
 
 
 def _task(name: str, command: Command) -> Callable[[Any], Any]:
@@ -173,43 +209,77 @@ def _task(name: str, command: Command) -> Callable[[Any], Any]:
         from femlm.config import command_config, validate
         from femlm.runs import start_run
 
-        try:
-            typed = validate(cfg, name)
-            run = start_run(command_config(cfg, name), Path(HydraConfig.get().runtime.output_dir), name,
-                            is_main=process_rank() == 0, resume=typed.resume is not None)
-        except UserError as err:
-            fail(str(err))
-        try:
-            if typed.dry_run:
-                plan = {"command": name, "run_dir": str(run.dir), **command.load("plan")(typed, run)}
-                run.write_json("plan.json", plan)
-                typer.echo(yaml.safe_dump(plan, sort_keys=False, width=110).rstrip())
-                typer.echo(f"[dry run] {name}: every check passed; config and plan written to {run.dir}")
-                return plan
-            return command.load("run")(typed, run)
-        except UserError as err:
-            run.discard()
-            fail(str(err))
-        except KeyboardInterrupt as err:
-            # Pre-training finishes the step and saves a state first (femlm.train.interrupt) and says so.
-            what = f"{err}; " if str(err) else ""
-            then = f"; continue with resume={run.dir}" if command.resumable and run.dir.exists() else ""
-            typer.echo(f"femlm: interrupted; {what}the run directory {run.dir} keeps what was saved{then}", err=True)
-            raise SystemExit(130) from None
-        except OSError as err:
-            if err.errno not in ENVIRONMENT_ERRNOS:
-                raise
-            # A full disk (or a quota, a read-only remount) is not a bug: one line, the run keeps what it has.
-            run.discard()
-            where = f" writing {err.filename}" if err.filename else ""
-            kept = f"; the run directory {run.dir} keeps what was saved" if run.dir.exists() else ""
-            fix = "make the file system writable" if err.errno == errno.EROFS else "free space"
-            then = (f"; {fix}, then continue with resume={run.dir}" if run.dir.exists() and command.resumable
-                    else f"; {fix} and run it again")
-            fail(f"{err.strerror or err}{where} (errno {errno.errorcode.get(err.errno, err.errno)}){kept}{then}",
-                 code=1)
+        with stop_signals() if command.stoppable else contextlib.nullcontext():
+            try:
+                typed = validate(cfg, name)
+                run_dir = Path(HydraConfig.get().runtime.output_dir)
+                job = submitit_job_id()
+                requeued = job is not None and launcher_job_of(run_dir) == job
+                if requeued:  # preempted or timed out, requeued by submitit into its own directory: continue it
+                    typed.resume = str(run_dir) if command.resumable else None
+                    if process_rank() == 0:
+                        typer.echo(f"femlm: job {job} was requeued: continuing {run_dir}"
+                                   + (" from its newest state" if command.resumable else " from the start"), err=True)
+                run = start_run(command_config(cfg, name), run_dir, name, is_main=process_rank() == 0,
+                                resume=typed.resume is not None or requeued, launcher_job=job)
+            except UserError as err:
+                fail(str(err))
+            return _run_command(name, command, typed, run)
 
     return task
+
+
+def _stopped(command: Command, run: Any, err: KeyboardInterrupt) -> None:
+    """A stop request honoured (the state saved where the command keeps one): say so in one line, then hand the
+    stop to the launcher (submitit requeues the job) or exit with 128 + the signal's number."""
+    signum = getattr(err, "signum", None) or signal.SIGINT
+    what = f"{err}; " if str(err) else ""
+    resumable = command.resumable and run.dir.exists()
+    launcher = launcher_handler(signum)
+    if launcher is not None and process_rank() == 0 and getattr(launcher, "__name__", "") == "checkpoint_and_try_requeue":
+        then = "; submitit requeues the job and it continues here" + (" from this state" if resumable else "")
+    else:
+        then = f"; continue with resume={run.dir} (or resume=auto)" if resumable else ""
+    typer.echo(f"femlm: interrupted ({signal_name(signum)}); {what}the run directory {run.dir} keeps what was saved"
+               f"{then}", err=True)
+    try:
+        status = handoff(signum)
+    except Exception as exc:
+        if type(exc).__name__ != "UncompletedJobError":
+            raise
+        reason = str(exc).removeprefix("Job not requeued because: ").rstrip(".")
+        fail(f"job not requeued: {reason} (hydra.launcher.max_num_timeout); "
+             + (f"continue it with resume={run.dir}" if resumable else "run it again"), code=1)
+    raise SystemExit(status)
+
+
+def _run_command(name: str, command: Command, typed: Any, run: Any) -> Any:
+    try:
+        if typed.dry_run:
+            plan = {"command": name, "run_dir": str(run.dir), **command.load("plan")(typed, run)}
+            run.write_json("plan.json", plan)
+            typer.echo(yaml.safe_dump(plan, sort_keys=False, width=110).rstrip())
+            typer.echo(f"[dry run] {name}: every check passed; config and plan written to {run.dir}")
+            return plan
+        return command.load("run")(typed, run)
+    except UserError as err:
+        run.discard()
+        fail(str(err))
+    except KeyboardInterrupt as err:
+        # Pre-training finishes the step and saves a state first (femlm.train.interrupt) and says so.
+        _stopped(command, run, err)
+    except OSError as err:
+        if err.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        # A full disk (or a quota, a read-only remount) is not a bug: one line, the run keeps what it has.
+        run.discard()
+        where = f" writing {err.filename}" if err.filename else ""
+        kept = f"; the run directory {run.dir} keeps what was saved" if run.dir.exists() else ""
+        fix = "make the file system writable" if err.errno == errno.EROFS else "free space"
+        then = (f"; {fix}, then continue with resume={run.dir}" if run.dir.exists() and command.resumable
+                else f"; {fix} and run it again")
+        fail(f"{err.strerror or err}{where} (errno {errno.errorcode.get(err.errno, err.errno)}){kept}{then}",
+             code=1)
 
 
 def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None = None,
@@ -231,6 +301,10 @@ def dispatch(name: str, args: list[str], multirun: bool = False, cfg: str | None
         overrides += ["hydra.output_subdir=null", "hydra/job_logging=disabled",
                       "hydra/hydra_logging=disabled", "hydra.run.dir=."]
     _check_all(name, overrides, multirun, print_job=cfg == "job", launch=cfg is None)
+    if multirun:
+        from femlm.launch import report_failed_jobs_in_one_line
+
+        report_failed_jobs_in_one_line()
     if cfg == "job":
         return
     register_schema()

@@ -27,6 +27,9 @@ class Command:
     # a function returning the text: the same object the command's validation uses.
     accepts: str | None = None
     resumable: bool = False
+    # Whether its long loops poll femlm.stop (SIGTERM / SIGUSR1 / SIGUSR2 then stop it at a safe point; a command
+    # that does not poll keeps the signals' default action: it ends at once).
+    stoppable: bool = True
 
     def load(self, which: str) -> Any:
         module, name = getattr(self, which).split(":")
@@ -44,7 +47,7 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "download": Command("Fetch datasets, tokenizers and model configs (or verify them in a local mirror).",
                         ("download", "logger"), "femlm.data.download:run_download", "femlm.data.download:plan_download",
-                        positional="download.datasets", accepts="femlm.data.registry:bare_names"),
+                        positional="download.datasets", accepts="femlm.data.registry:bare_names", stoppable=False),
     "prepare": Command("Read, sample and tokenize a domain corpus into the cache ahead of training; print its plan.",
                        PRETRAIN, "femlm.train.corpus:run_prepare", "femlm.train.corpus:plan_prepare"),
     "pretrain-scratch": Command("Pre-train a masked LM from random weights (BERT-base on general text).",
@@ -63,7 +66,7 @@ COMMANDS: dict[str, Command] = {
                        accepts="femlm.analysis.config:KINDS"),
     "report": Command("Collect run results into the paper's tables and figures (Markdown, LaTeX, CSV, PNG).",
                       ("report", "logger"), "femlm.report.report:run_report", "femlm.report.report:plan_report",
-                      positional="report.inputs", accepts="femlm.report.config:INPUTS"),
+                      positional="report.inputs", accepts="femlm.report.config:INPUTS", stoppable=False),
 }
 
 

@@ -167,9 +167,26 @@ def _digest(path: Path) -> str | None:
         return None
 
 
-def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool = True, resume: bool = False) -> Run:
+def launcher_job_of(run_dir: Path) -> str | None:
+    """The launcher job id a run directory's run.json records (None: none, or no run there)."""
+    try:
+        return json.loads((Path(run_dir) / RUN_MARKER).read_text()).get("launcher_job")
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(run_dir: Path) -> bool:
+    """Whether the run in `run_dir` ran to its end (every command that finishes writes summary.json or
+    results.json last)."""
+    return any((Path(run_dir) / name).is_file() for name in ("summary.json", "results.json"))
+
+
+def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool = True, resume: bool = False,
+              launcher_job: str | None = None) -> Run:
     """Prepare ``run_dir`` for a new run (or an explicit resume of the run already in it); ``config`` is the
-    resolved config of the command's own sections (femlm.config.command_config)."""
+    resolved config of the command's own sections (femlm.config.command_config). ``launcher_job``: the id of the
+    launcher's job (submitit's), recorded in run.json so that the job, requeued into this directory, finds it
+    (``launcher_job_of``)."""
     run_dir = Path(run_dir)
     marker = run_dir / RUN_MARKER
     if marker.exists() and not resume and is_main:
@@ -195,6 +212,8 @@ def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     info = {"command": command, "argv": sys.argv, "git_commit": git_commit(), "packages": package_versions(),
             "hardware": hardware(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if launcher_job is not None:
+        info["launcher_job"] = launcher_job
     if resume and marker.exists():
         previous = json.loads(marker.read_text())
         info["resumed_from"] = previous.get("resumed_from", []) + [previous.get("started")]

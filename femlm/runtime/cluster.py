@@ -62,3 +62,16 @@ def process_rank() -> int:
     """This process's global rank (0 outside any launcher)."""
     adopt_launcher_env()
     return int(os.environ.get("RANK", "0"))
+
+
+def submitit_job_id(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The id submitit gives this process's job (None outside a submitit job): SLURM keeps it across a requeue
+    (an array task's is `<array job>_<task>`), and submitit's local executor restarts a requeued job's tasks under
+    the same id, so a run directory whose run.json records it belongs to this job, started before a requeue."""
+    executor = environ.get("SUBMITIT_EXECUTOR")
+    if executor == "local":
+        return environ.get("SUBMITIT_LOCAL_JOB_ID")
+    if executor == "slurm":
+        array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+        return f"{array}_{task}" if array and task else environ.get("SLURM_JOB_ID")
+    return None

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from femlm import provenance
+from femlm.errors import UserError
 
 STATE_RE = re.compile(r"^state_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -130,7 +131,12 @@ def save_model(path: Path, model: torch.nn.Module, tokenizer: Any, info: provena
 
 # ----------------------------------------------------------------------------------------------- RNG
 def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+    """This process's RNG states as tensors and plain data, so that `torch.load(weights_only=True)` reads them
+    (numpy's Mersenne Twister key as an int64 tensor, as Hugging Face Trainer keeps its RNG state loadable)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {"torch": torch.get_rng_state(),
+                             "numpy": {"bit_generator": str(kind), "key": torch.from_numpy(key.astype(np.int64)),
+                                       "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
                              "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -139,8 +145,13 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    saved = state["numpy"]
+    if isinstance(saved, dict):
+        key = saved["key"].numpy().astype(np.uint32)
+        np.random.set_state((saved["bit_generator"], key, saved["pos"], saved["has_gauss"], saved["cached_gaussian"]))
+    else:  # a state written before the plain form: numpy's own tuple
+        np.random.set_state(saved)
+    random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in state["python"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -179,9 +190,34 @@ def latest_state(ckpt_dir: Path) -> tuple[int, Path] | None:
     return states[-1] if states else None
 
 
+# What states written before the plain RNG form hold besides tensors and plain data: numpy's RNG key array.
+OLD_STATE_GLOBALS = (np._core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)))
+
+
 def load_state(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    # weights_only=False: the state holds numpy/python RNG tuples; it is our own file, written by us.
-    return torch.load(path / "state.pt", map_location=map_location, weights_only=False)
+    """A resumable state, unpickled as data only (`weights_only=True`): `resume=<dir>` may name a directory someone
+    else wrote, and unpickling arbitrary objects runs their code. A state from before the plain RNG form loads
+    with numpy's array types allowed (a one-line warning); anything else (a pickled callable, a class) is
+    refused in one line."""
+    import pickle
+    import warnings
+
+    file = path / "state.pt"
+    try:
+        return torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        pass
+    try:
+        with torch.serialization.safe_globals(list(OLD_STATE_GLOBALS)):
+            state = torch.load(file, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL (\S+) was not an allowed global", str(err))
+        what = found.group(1) if found else "an object that is not a tensor or plain data"
+        raise UserError(f"{file}: holds {what}, not only tensors and plain data; femlm does not unpickle it "
+                        "(it could run code): resume from a state femlm wrote") from None
+    warnings.warn(f"{file}: written by an older femlm (numpy RNG state as a numpy array); loaded with numpy's "
+                  "array types allowed; the next state is saved in the plain form", stacklevel=2)
+    return state
 
 
 # ----------------------------------------------------------------------------------------------- metrics

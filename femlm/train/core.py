@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,10 @@ _REDRAW_STREAM = 1_000_000  # micro_step of redrawn masks (the variance probe): 
 _REDRAW_CYCLES = 1 << 40  # fully_explored_passes: redraws use cycles from here on, far past any real run
 
 _SCHEDULES = {"linear": "linear", "constant": "constant_with_warmup", "cosine": "cosine"}
+
+
+class EvaluationStopped(Exception):
+    """A stop was requested during a held-out evaluation (every rank raises it, after the same collective)."""
 
 
 class NonFiniteLoss(RuntimeError):
@@ -259,24 +264,32 @@ class PretrainCore:
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, eval_set: EvalSet, batch_rows: int | None = None) -> tuple[float, float]:
-        """Held-out (loss, accuracy) over masked tokens; ranks score disjoint shards, sums are all-reduced."""
+    def evaluate(self, eval_set: EvalSet, batch_rows: int | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> tuple[float, float]:
+        """Held-out (loss, accuracy) over masked tokens; ranks score disjoint shards, sums are all-reduced.
+        `should_stop` is polled before each batch: a rank asked to stop skips the rest of its shard, and once the
+        sums are reduced every rank raises EvaluationStopped (the same one collective either way)."""
         shard = eval_set.shard(self.dist.rank, self.dist.world_size)
         batch_rows = batch_rows or self.micro_rows
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, count, correct, ranks stopped
         self.objective.eval()
         try:
             rows = {"input_ids": shard.input_ids, "labels": shard.labels,
                     "attention_mask": torch.ones_like(shard.input_ids)}
             for start in range(0, len(shard), batch_rows):
+                if should_stop is not None and should_stop():
+                    sums[3] = 1.0
+                    break
                 with self.autocast():
                     loss_sum, count, correct = self.evaluator(*self._to_device(rows, start, start + batch_rows),
                                                               with_accuracy=True)
-                sums += torch.stack([loss_sum.double(), count.double(), correct.double()])
+                sums[:3] += torch.stack([loss_sum.double(), count.double(), correct.double()])
         finally:
             self.objective.train()
         all_reduce_sum(sums, self.dist)
-        loss_sum, count, correct = sums.tolist()
+        loss_sum, count, correct, stopped = sums.tolist()
+        if stopped:
+            raise EvaluationStopped
         return loss_sum / max(count, 1.0), correct / max(count, 1.0)
 
     # ------------------------------------------------------------------------------------------ state

@@ -1,49 +1,52 @@
-"""Ctrl-C during training: finish the current optimizer step, save a state, then stop."""
+"""Stopping a training run on a signal: Ctrl-C, SIGTERM, SIGUSR1/SIGUSR2 (femlm.stop turns them into a flag).
+
+Every rank finishes the current optimizer step; then the ranks agree (one small all-reduce per step) whether any
+of them was asked to stop, so they all stop after the same step, take part in the same save, and hand the same
+signal to the launcher (femlm.stop.handoff): a signal delivered to one rank only stops the whole job.
+"""
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Any
 
 import torch
 
-from femlm.train.distributed import DistInfo, all_reduce_sum
+from femlm.stop import StopRequested, requested, stop_signals
+from femlm.train.distributed import DistInfo
 
 
 class StopRequest:
-    """`with StopRequest(dist) as stop:` ... `if stop.agreed(): save, then raise KeyboardInterrupt`.
-
-    A second Ctrl-C stops at once (the newest complete state is then the last one saved). Only installed in the
-    main thread and when SIGINT has Python's default handler (never over a handler someone else set, nor over
-    SIG_IGN). Under DDP the ranks agree each step (one scalar all-reduce), so they all stop after the same step
-    and take part in the same save.
-    """
+    """`with StopRequest(dist) as stop:` ... `if stop.agreed(): save, then raise stop.stopped(message)`."""
 
     def __init__(self, dist: DistInfo) -> None:
-        self.dist, self.requested = dist, False
-        self._previous: Any = None
+        self.dist = dist
+        self.signum: int | None = None
+        self._signals: Any = None
 
     def __enter__(self) -> StopRequest:
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._signals = stop_signals()
+        self._signals.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        self._signals.__exit__(*exc)
 
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+    @property
+    def requested(self) -> bool:
+        """Whether this rank was asked to stop (no collective: for loops inside a step or an evaluation)."""
+        return requested() is not None
 
     def agreed(self) -> bool:
-        """Whether any rank was interrupted."""
-        if not self.dist.distributed:
-            return self.requested
-        flag = torch.tensor([1.0 if self.requested else 0.0], device=self.dist.device)
-        all_reduce_sum(flag, self.dist)
-        return bool(flag.item() > 0)
+        """Whether any rank was asked to stop (a collective: every rank calls it at the same point)."""
+        signum = requested() or 0
+        if self.dist.distributed:
+            import torch.distributed as dist
+
+            flag = torch.tensor([float(signum)], device=self.dist.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            signum = int(flag.item())
+        self.signum = signum or None
+        return self.signum is not None
+
+    def stopped(self, message: str) -> StopRequested:
+        return StopRequested(message, self.signum)

@@ -25,9 +25,10 @@ from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
 from femlm.runs import read_metrics
 from femlm.runtime.device import configure_process, precision_name
+from femlm.stop import signal_name
 from femlm.train import checkpoint as ckpt
 from femlm.train import inputs
-from femlm.train.core import NonFiniteLoss, PretrainCore, StepStats
+from femlm.train.core import EvaluationStopped, NonFiniteLoss, PretrainCore, StepStats
 from femlm.train.corpus import training_plan_from_blocks
 from femlm.train.distributed import DistInfo, broadcast_object, gather_objects, process_group, share_run_dir
 from femlm.train.evaluation import EvalSet, build_eval_set
@@ -95,7 +96,7 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     core = PretrainCore(model, inputs.make_masker(cfg, tokenizer), train_blocks, cfg.trainer, rt, cfg.seed, dist)
     eval_set = build_eval_set(val_blocks, cfg.data.eval_blocks, cfg.data.eval_seed, tokenizer)
     torch.manual_seed(mix_seed(cfg.seed, 1, dist.rank))  # per-rank dropout streams
-    progress = _restore(core, run_dir, resuming, run, dist)
+    progress, eval_pending = _restore(core, run_dir, resuming, run, dist)
     # Steps and cadences of this arm: a K-copy arm under equal_compute=same_sequences runs max_steps / K steps.
     max_steps, every = core.max_steps, core.layout.every
     run.created = False  # from here on the directory holds results: no error handler may delete it
@@ -105,8 +106,13 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     name = f"{cfg.command}/{cfg.masking.name}/{run_dir.name}"
     with Recorder(run, cfg.logger, run_dir, name, config_dict(cfg), max_steps, progress.step, dist.is_main) as rec, \
             StopRequest(dist) as stop:
-        if progress.step == 0:
-            rec.log(**_evaluate(core, eval_set, 0, rec), **progress.seen())
+        if progress.step == 0 or eval_pending:  # eval_pending: the state was saved by a stop during its evaluation
+            try:
+                rec.log(**_evaluate(core, eval_set, progress.step, rec, stop), **progress.seen())
+            except EvaluationStopped:
+                stop.agreed()
+                raise stop.stopped(f"stopped during the evaluation at step {progress.step}; nothing new to save")\
+                    from None
         window = [0, 0.0]  # tokens and seconds since the last log record
         for step in range(progress.step + 1, max_steps + 1):
             t0 = time.perf_counter()
@@ -126,13 +132,19 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
             probe = cfg.logger.variance_probe
             if probe.enabled and step % probe.every == 0 and dist.is_main:
                 rec.log(step=step, **gradient_variance(core, step, probe.remasks, list(probe.parameters)))
+            eval_cut = False
             if step % every(rt.eval_every) == 0 or last:
-                rec.log(**_evaluate(core, eval_set, step, rec), **progress.seen())
-            interrupted = not last and stop.agreed()
+                try:
+                    rec.log(**_evaluate(core, eval_set, step, rec, stop), **progress.seen())
+                except EvaluationStopped:  # every rank: the state is saved with its evaluation still to do
+                    eval_cut = True
+            interrupted = (not last or eval_cut) and stop.agreed()
             if step % every(rt.save_every) == 0 or last or interrupted:
-                last_good = save(progress, milestone=step % every(rt.save_every) == 0) or last_good
+                last_good = save(progress, milestone=step % every(rt.save_every) == 0, eval_pending=eval_cut) \
+                    or last_good
             if interrupted:
-                raise KeyboardInterrupt(f"stopped after step {step} of {max_steps}; state saved at step {step}")
+                raise stop.stopped(f"stopped by {signal_name(stop.signum)} after step {step} of {max_steps}; "
+                                   f"state saved at step {step}")
     return _finish(cfg, run, run_dir, core, tokenizer, {"init_from": init_from, **model_info}, progress, dist, corpus,
                    {**resolved.describe(), "prediction": core.objective.prediction, "new_mlm_head": new_head})
 
@@ -140,8 +152,9 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------- helpers
 def _prepare_run_dir(cfg: Any, run_dir: Path, dist: DistInfo) -> bool:
     """Check a resume against the run's saved config; write the config a later resume must match."""
-    resuming = cfg.resume is not None and str(cfg.resume).strip().lower() not in ("", "none", "null", "false")
-    if resuming and str(cfg.resume).lower() != "true" and Path(str(cfg.resume)).expanduser().resolve() != \
+    given = cfg.resume is not None and str(cfg.resume).strip().lower() not in ("", "none", "null", "false")
+    resuming = bool(broadcast_object(given, dist))  # rank 0 decides (resume=auto, a requeue: femlm.cli)
+    if given and str(cfg.resume).lower() != "true" and Path(str(cfg.resume)).expanduser().resolve() != \
             run_dir.resolve():
         raise UserError(f"resume={cfg.resume}: a run resumes in its own directory, but this run's directory is "
                         f"{run_dir}; use `femlm {cfg.command} resume={cfg.resume}`")
@@ -162,15 +175,16 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _restore(core: PretrainCore, run_dir: Path, resuming: bool, run: Any, dist: DistInfo) -> Progress:
-    """The newest complete state of a resumed run (rank 0 picks it, so every rank resumes from the same one)."""
+def _restore(core: PretrainCore, run_dir: Path, resuming: bool, run: Any, dist: DistInfo) -> tuple[Progress, bool]:
+    """The newest complete state of a resumed run (rank 0 picks it, so every rank resumes from the same one), and
+    whether its evaluation is still to do (a stop arrived during it)."""
     latest = broadcast_object(ckpt.latest_state(run_dir / "checkpoints") if resuming and dist.is_main else None,
                               dist)
-    progress = Progress()
+    progress, eval_pending = Progress(), False
     if latest is not None:
         state = ckpt.load_state(latest[1])  # CPU: RNG states must stay CPU tensors
         core.load_state_dict(state["core"])
-        progress = Progress(**state["progress"])
+        progress, eval_pending = Progress(**state["progress"]), bool(state.get("eval_pending", False))
         if len(state["rng"]) == dist.world_size:
             ckpt.set_rng_state(state["rng"][dist.rank])
         else:
@@ -178,7 +192,7 @@ def _restore(core: PretrainCore, run_dir: Path, resuming: bool, run: Any, dist: 
                           "streams are reseeded, the run continues but is not bit-identical", stacklevel=2)
     if dist.is_main and resuming:
         ckpt.truncate_metrics(run.metrics_path, progress.step if latest is not None else -1)
-    return progress
+    return progress, eval_pending
 
 
 def _step(core: PretrainCore, step: int, last_good: tuple[int, Path] | None) -> StepStats:
@@ -191,8 +205,9 @@ def _step(core: PretrainCore, step: int, last_good: tuple[int, Path] | None) -> 
                                "resume or restart") from None
 
 
-def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder) -> dict[str, Any]:
-    loss, accuracy = core.evaluate(eval_set, core.runtime.eval_batch_size or core.micro_rows)
+def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder, stop: StopRequest) -> dict[str, Any]:
+    loss, accuracy = core.evaluate(eval_set, core.runtime.eval_batch_size or core.micro_rows,
+                                   should_stop=lambda: stop.requested)
     rec.show(eval=loss)
     return {"step": step, "eval_loss": loss, "eval_accuracy": accuracy}
 
@@ -210,7 +225,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
     """save(progress, milestone) -> (step, state path) on rank 0: a resumable state, and with `milestone` the
     model as `checkpoints/step_<s>` (HF save_pretrained + femlm.json)."""
 
-    def save(progress: Progress, milestone: bool) -> tuple[int, Path] | None:
+    def save(progress: Progress, milestone: bool, eval_pending: bool = False) -> tuple[int, Path] | None:
         rngs = gather_objects(ckpt.rng_state(), dist)  # collective: every rank takes part
         if not dist.is_main:
             return None
@@ -218,7 +233,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
         state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
-                 "world_size": dist.world_size}
+                 "world_size": dist.world_size, "eval_pending": eval_pending}
         return progress.step, ckpt.save_state(run_dir / "checkpoints", progress.step, state, info,
                                               cfg.runtime.keep_last)
 

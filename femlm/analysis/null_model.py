@@ -57,10 +57,11 @@ from scipy import stats
 from femlm.masking import make_generator
 
 from .estimators import GradFn, Progress, Reference, group_grams, percentile_ci
+from .intervals import interval_note, unit_ci
 from .masks import sample_kmasks
 from .studies import covariance_study
 
-STREAM_GROUPS, STREAM_BOOT = 31, 32
+STREAM_GROUPS, STREAM_BOOT, STREAM_SEQ_BOOT = 31, 32, 33
 NAN2 = [float("nan"), float("nan")]
 
 
@@ -92,6 +93,7 @@ class NullModelResult:
     summary: dict[str, Any]
     pairs: list[dict[str, Any]]  # the covariance study's pairs, with the additive value of each
     stats: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, np.ndarray] = field(default_factory=dict)  # per sequence and group (`units`, null_*)
 
 
 def _spearman_rows(values: np.ndarray) -> np.ndarray:
@@ -192,9 +194,57 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
             summary["fraction_explained_ci"] = percentile_ci(decrease(boot["additive"]) / decrease(boot["measured"]))
         if labels.size >= 3:
             summary["residual_rho_bins_ci"] = percentile_ci(_spearman_rows(boot["residual"]))
+    seq_units = _by_sequence(cov.per_sequence, members, o_bins, d2, n_np, tau)
+    rows, summary["by_sequence"] = _sequence_intervals(seq_units, rows, n_boot, seed, tau)
     pairs = [{**r, "additive": float(a), "residual": float(c)}
              for r, a, c in zip(cov.rows, additive, pair_res, strict=True)]
     st = {"tau": tau, "sequences": int(valid.shape[0]), "n_valid": n_valid.tolist(), "pairs": len(cov.rows),
           "groups": groups, "group_size": group_size, "reference": ref.count, "bootstrap": n_boot,
-          "measured_spearman": {k: v for k, v in cov.spearman.items() if k != "bin_ci"}}
-    return NullModelResult(rows=rows, summary=summary, pairs=pairs, stats=st)
+          "measured_spearman": {k: v for k, v in cov.spearman.items() if k != "bin_ci"},
+          "intervals": {
+              "sequences": interval_note("sequences", int(valid.shape[0]), n_boot),
+              "pairs_and_groups": {**interval_note("mask pairs within Hamming bins (measured) and groups of masks "
+                                                   "(D2), conditional on the sequences",
+                                                   min(int(m.size) for m in members), n_boot,
+                                                   "percentile bootstrap"), "groups": groups}}}
+    return NullModelResult(rows=rows, summary=summary, pairs=pairs, stats=st, units=seq_units)
+
+
+def _by_sequence(per_seq: dict[str, np.ndarray], members: list[np.ndarray], o_bins: np.ndarray, d2: np.ndarray,
+                 n: np.ndarray, tau: int) -> dict[str, np.ndarray]:
+    """Per-sequence arrays of the null model (``units.npz``): the sequences are its independent units."""
+    cov = per_seq["cov"]  # [P, S]
+    return {"null_bin_cov": np.stack([cov[i].mean(axis=0) for i in members], axis=1),  # [S, bins]
+            "null_overlap_bins": o_bins, "null_d2": d2, "null_var_single": per_seq["var_single"].mean(axis=0),
+            "null_n_valid": n, "null_tau": np.array(tau)}
+
+
+def _sequence_intervals(u: dict[str, np.ndarray], rows: list[dict[str, Any]], n_boot: int, seed: int,
+                        tau: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Intervals with whole sequences resampled (each with its pairs' covariances and its groups' D2): the
+    curves, decreases, fraction explained, residual rho and additive share. Adds ``*_ci_seq`` to every bin row."""
+    seqs = u["null_bin_cov"].shape[0]
+    d2_s = u["null_d2"].mean(axis=0)  # [S]
+    n = u["null_n_valid"]
+    add_s = kappa(u["null_overlap_bins"][None, :], n[:, None], tau) * d2_s[:, None]  # [S, bins]
+    var_add_s = kappa(float(tau), n, tau) * d2_s
+    out: dict[str, Any] = {"unit": "sequences", "count": seqs}
+    keys = ("measured_decrease", "additive_decrease", "residual_decrease", "fraction_explained", "residual_rho_bins",
+            "additive_share_of_var", "d2_mean")
+    if not n_boot or seqs < 2:
+        return [{**r, "measured_ci_seq": list(NAN2), "additive_ci_seq": list(NAN2), "residual_ci_seq": list(NAN2)}
+                for r in rows], {**out, **{f"{k}_ci": list(NAN2) for k in keys}}
+    rng = np.random.default_rng(make_generator(seed, tau, micro_step=STREAM_SEQ_BOOT).initial_seed())
+    w = rng.multinomial(seqs, np.full(seqs, 1 / seqs), size=n_boot) / seqs  # [B, S]
+    m_b, a_b = w @ u["null_bin_cov"], w @ add_s
+    r_b = m_b - a_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = {"measured_decrease": m_b[:, 0] - m_b[:, -1], "additive_decrease": a_b[:, 0] - a_b[:, -1],
+                "residual_decrease": r_b[:, 0] - r_b[:, -1],
+                "fraction_explained": (a_b[:, 0] - a_b[:, -1]) / (m_b[:, 0] - m_b[:, -1]),
+                "residual_rho_bins": (_spearman_rows(r_b) if r_b.shape[1] >= 3 else np.full(n_boot, np.nan)),
+                "additive_share_of_var": (w @ var_add_s) / (w @ u["null_var_single"]), "d2_mean": w @ d2_s}
+    out.update({f"{k}_ci": unit_ci(boot[k], seqs) for k in keys})
+    rows = [{**r, "measured_ci_seq": unit_ci(m_b[:, j], seqs), "additive_ci_seq": unit_ci(a_b[:, j], seqs),
+             "residual_ci_seq": unit_ci(r_b[:, j], seqs)} for j, r in enumerate(rows)]
+    return rows, out

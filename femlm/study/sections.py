@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from femlm.analysis.decomposition_run import verdict_table
+from femlm.analysis.decomposition_text import verdict_table
 from femlm.runs import cpu_model
 from femlm.study.collect import run_config
 from femlm.study.text import (

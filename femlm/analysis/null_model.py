@@ -1,10 +1,11 @@
-"""Assumption 1 against a null model: how much of Cov(H)'s decrease an additive gradient already gives (issue
-17, part 2).
+"""Context interactions beyond an additive null model (issue 17, part 2; reframed in issue 27).
 
 Covariance falling with the Hamming distance H is guaranteed even for a model whose gradient is a sum of
 fixed per-token contributions, g(m) = (1/tau) sum_{i in m} a_i: two masks then share o = tau - H/2 terms, and
-the shared terms are all their covariance. Only what is left beyond such a model is evidence about context
-interactions, which is what the paper's argument needs.
+the shared terms are all their covariance (Cov_add = kappa(o) D2 below, falling with H whenever D2 > 0). So an
+additive gradient already satisfies the paper's Assumption 1, and this study is **not** a test of Assumption 1,
+nor of whether FE pays off at equal compute (that is `decomposition`). What it tests is what is left beyond the
+additive model: context interactions between the masked tokens.
 
 The additive model. For one sequence with n maskable positions and masks uniform over M(tau), the additive
 model is the least-squares projection of m -> g(m) onto {m -> (1/tau) sum_i m_i a_i} in L2(uniform masks),
@@ -37,9 +38,12 @@ bootstrap unit for the additive curve).
 The measured curve is the covariance study's (`studies.covariance_study`, pairs at stratified H, each pair's
 value averaged over the mini-batch of sequences); the additive curve is ``mean_s kappa_s(o) D2_s`` at each
 pair's overlap, averaged over the same pairs per Hamming bin; the residual is their difference. Intervals:
-percentile bootstrap, pairs resampled within their bin (measured, and the bin's mean overlap) and groups
-resampled (D2), independently -- the two come from different masks. Summary: the measured decrease from the
-smallest- to the largest-H bin, the additive decrease, the fraction explained (additive / measured decrease),
+(1) ``*_ci`` percentile bootstrap, pairs resampled within their bin (measured, and the bin's mean overlap) and
+groups resampled (D2), independently -- conditional on the sequences, since every pair and group is measured
+on the same few sequences; (2) ``by_sequence`` and the bins' ``*_ci_seq``: whole sequences resampled, each with
+its pairs' covariances and its groups' D2 (the sequences are the independent units; expanded percentile,
+`intervals`). A study prints (2) and none below `intervals.MIN_UNITS` sequences. Summary: the measured
+decrease from the smallest- to the largest-H bin, the additive decrease, the fraction explained (additive / measured decrease),
 the residual's decrease and its Spearman rho against H (bin order) with an interval.
 
 Cost in gradient rows: ``S (J + 2 budget + G m)`` (reference, pairs, groups).

@@ -154,3 +154,28 @@ def test_side_by_side_gates_an_old_study_json_by_its_plan() -> None:
         path.write_text(json.dumps(old))
         table = "\n".join(side_by_side(base, path, {"terms": "", "null_model": "seq512"}))
     assert "not measured: too few units: 4 sequences" in table and "(12 sequences)" in table
+
+
+def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
+    """results/study/ (MiniLM) regenerated without its run directories: the null model ran on 4 sequences, so no
+    'evidence of context interactions' may remain, and the censored same-sequences ratio is a bound."""
+    import shutil
+    from pathlib import Path
+
+    from femlm.study.plan import load_plan
+    from femlm.study.regenerate import regenerate
+
+    src = Path(__file__).resolve().parents[1] / "results" / "study"
+    out = tmp_path / "study"
+    shutil.copytree(src, out)
+    top = tmp_path / "README.md"
+    top.write_text("intro\n<!-- study:begin -->\nold\n<!-- study:end -->\nrest\n")
+    text = regenerate(load_plan(False, "study"), out, top).read_text()
+    assert "evidence of context interactions" not in text
+    assert text.count("not measured: too few units: 4 sequences") >= 2
+    assert ">= 1.331 (a bound, no interval" in text
+    assert "predicted by the decomposition at tau = 15" in text
+    block = top.read_text()
+    assert block.startswith("intro\n<!-- study:begin -->") and block.endswith("<!-- study:end -->\nrest\n")
+    assert "not measured: too few units: 4 sequences" in block and "old" not in block
+    assert regenerate(load_plan(False, "study"), out, top).read_text() == text  # idempotent

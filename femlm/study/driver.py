@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="results folder (default: the plan's out_dir)")
     ap.add_argument("--plan", action="store_true", help="print the steps, their state and estimates; run nothing")
     ap.add_argument("--results-only", action="store_true", help="only rewrite the results from the runs there are")
+    ap.add_argument("--from-json", action="store_true",
+                    help="rewrite the README's verdicts from the committed study.json, without the run directories "
+                         "(femlm.study.regenerate)")
     ap.add_argument("--readme", type=Path, default=None,
                     help="a README with <!-- NAME:begin --> / <!-- NAME:end --> markers to refresh (default: the "
                          "repository's README.md for a full study, none for a smoke run)")
@@ -248,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         if readme is None and not smoke:
             candidate = Path(__file__).resolve().parents[2] / "README.md"
             readme = candidate if candidate.is_file() else None
+        if args.from_json:
+            from femlm.study.regenerate import regenerate
+
+            print(regenerate(plan, out.resolve(), readme))
+            return 0
         driver = Driver(plan, runs.resolve(), out.resolve(), dry_run=args.plan, readme=readme)
         if args.results_only:
             from femlm.study.results import write_results

@@ -57,7 +57,8 @@ Estimators (per pool sequence s, then averaged over the pool; each is unbiased):
   the second term removes (the one-way random-effects ANOVA estimator; it can come out negative when the data
   term is small against ``sigma_m2 / J'``).
 
-Intervals: percentile bootstrap over the pool's sequences, every term resampled *jointly* (the same resampled
+Intervals: expanded percentile bootstrap (`intervals`: percentile levels widened for the number of units, so
+that 12 units cover about nominally) over the pool's sequences, every term resampled *jointly* (the same resampled
 sequences), so predicted variances, ratios and verdicts get intervals that carry the terms' correlations.
 The sequence is the unit because the sequences are the independent draws (each carries its own masks); a
 percentile bootstrap rather than a jackknife or delta-method standard error because sigma_d2 is a variance
@@ -95,9 +96,11 @@ import torch
 from femlm.masking import make_generator
 
 from .decomposition_check import check_batches, check_rows_fit
-from .estimators import GradFn, Progress, percentile_ci, reference_stats
+from .estimators import GradFn, Progress, reference_stats
+from .intervals import interval_note, unit_ci
 from .masks import sample_kmasks, sample_uniform
 from .sketch import CountSketch, gram
+from .units import pool_unit_arrays, robust_terms
 
 # masks and resamples: one stream each (24 is decomposition_check.STREAM_CHECK)
 STREAM_REFERENCE, STREAM_IID, STREAM_FE, STREAM_BOOT, STREAM_SKETCH = 21, 22, 23, 25, 26
@@ -278,6 +281,7 @@ class DecompositionResult:
     terms: dict[str, Any]  # sigma_d2, sigma_m2, c_fe(K), c_iid(K) with intervals
     verdicts: dict[str, Any]  # per K
     stats: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, np.ndarray] = field(default_factory=dict)  # per pool sequence (unit_arrays)
 
 
 def _verdict(ci: list[float], better: str, worse: str) -> str:
@@ -311,6 +315,9 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
     factor = 1 - 1 / pool
     specs = arm_specs(ks, rows)
 
+    def seq_ci(samples: np.ndarray) -> list[float]:
+        return unit_ci(samples, pool)  # the pool's sequences are the bootstrap's units
+
     def measured(key: tuple[str, int, str], counts: np.ndarray | None = None) -> Any:
         if measured_x is None:
             return float("nan") if counts is None else np.full(n_boot, np.nan)
@@ -339,20 +346,21 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
         if boot is not None:
             b_pred = predicted_variance(boot, spec)
             b_check = predicted_variance(boot, spec, factor)
-            row["predicted_var_ci"] = percentile_ci(b_pred)
-            row["var_x_rows_ci"] = percentile_ci(b_pred * spec["rows"])
-            row["per_compute_vs_mlm_ci"] = percentile_ci(b_pred * spec["rows"] / (predicted_variance(boot, mlm) * rows))
+            row["predicted_var_ci"] = seq_ci(b_pred)
+            row["var_x_rows_ci"] = seq_ci(b_pred * spec["rows"])
+            row["per_compute_vs_mlm_ci"] = seq_ci(b_pred * spec["rows"] / (predicted_variance(boot, mlm) * rows))
             if batch_counts is not None:
                 b_meas = measured(key, batch_counts)
-                row["measured_var_ci"] = percentile_ci(b_meas)
-                row["measured_over_predicted_ci"] = percentile_ci(b_meas / b_check)
-                row["measured_per_compute_vs_mlm_ci"] = percentile_ci(b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows))
+                row["measured_var_ci"] = unit_ci(b_meas, batches)
+                row["measured_over_predicted_ci"] = unit_ci(b_meas / b_check, min(batches, pool))
+                row["measured_per_compute_vs_mlm_ci"] = unit_ci(
+                    b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows), batches)
         out_rows.append(row)
 
     # ------------------------------------------------------------------ terms and verdicts
     def term(name: str, j: int | None = None) -> dict[str, Any]:
         value = point[name] if j is None else point[name][j]
-        ci = list(NAN2) if boot is None else percentile_ci(boot[name] if j is None else boot[name][:, j])
+        ci = list(NAN2) if boot is None else seq_ci(boot[name] if j is None else boot[name][:, j])
         return {"estimate": float(value), "ci": ci}
 
     terms_out = {
@@ -371,7 +379,7 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
             seqs_row = next(r for r in out_rows if r["arm"] == arm and r["K"] == k and r["mode"] == "same_sequences")
             c_point, c_boot = (point["c_fe"], None if boot is None else boot["c_fe"]) if arm == "fe" else (0.0, 0.0)
             margin = point["sigma_d2"] + c_point
-            margin_ci = list(NAN2) if boot is None else percentile_ci(boot["sigma_d2"] + c_boot)
+            margin_ci = list(NAN2) if boot is None else seq_ci(boot["sigma_d2"] + c_boot)
             name = "FE" if arm == "fe" else "i.i.d. K-mask"
             by_arm[arm] = {
                 "per_compute_vs_mlm": row["per_compute_vs_mlm"], "ci": row["per_compute_vs_mlm_ci"],
@@ -388,11 +396,15 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
                   / (k * point["sigma_d2"] + point["sigma_m2"]))
         fe_iid_ci = list(NAN2)
         if boot is not None:
-            fe_iid_ci = percentile_ci((k * boot["sigma_d2"] + boot["sigma_m2"] + (k - 1) * boot["c_fe"])
-                            / (k * boot["sigma_d2"] + boot["sigma_m2"]))
+            fe_iid_ci = seq_ci((k * boot["sigma_d2"] + boot["sigma_m2"] + (k - 1) * boot["c_fe"])
+                               / (k * boot["sigma_d2"] + boot["sigma_m2"]))
         by_arm["fe_vs_iid"] = {"ratio": float(fe_iid), "ci": fe_iid_ci}
         verdicts[str(k)] = by_arm
     stats = {"pool": pool, "tau": tau, "num_masks": ks, "rows": rows, "reference": reference, "draws": draws,
              "pooled_iid_masks": terms.pooled, "batches": batches, "bootstrap": n_boot, "sketch_dim": sketch_dim,
-             "pool_factor": factor}
-    return DecompositionResult(rows=out_rows, terms=terms_out, verdicts=verdicts, stats=stats)
+             "pool_factor": factor,
+             "intervals": {"terms": interval_note("pool sequences", pool, n_boot),
+                           "measured": interval_note("directly resampled batches", batches, n_boot)}}
+    terms_out["robust"] = robust_terms(terms)
+    return DecompositionResult(rows=out_rows, terms=terms_out, verdicts=verdicts, stats=stats, units=pool_unit_arrays(terms))
+

@@ -7,11 +7,16 @@ blocks. Writes into the run directory (and ``<results_dir>/analysis_<domain>_<mo
   variance (sequences from the corpus) with CI, the prediction for batches resampled from the pool, measured
   variance with CI, measured / predicted with CI, variance x rows per step and its ratio to MLM (predicted and
   measured) with CIs.
-* ``decomposition.json``: sigma_d2, sigma_m2, c_FE(K), c_iid(K) with CIs, verdicts per K, the null model's
-  summary, settings, cost, wall time, model and hardware.
-* ``decomposition.png``, ``decomposition.md`` (a readable summary of both parts).
-* ``null_model.csv`` (per Hamming bin: measured, additive and residual covariance with CIs),
-  ``null_model_pairs.csv`` (every mask pair) and ``null_model.png``.
+* ``decomposition.json``: sigma_d2, sigma_m2, c_FE(K), c_iid(K) with CIs, their robust summaries (median of
+  means over blocks of pool sequences), verdicts per K, the null model's summary (with ``by_sequence``: intervals
+  over whole sequences), ``units`` (every interval's unit, count, resamples and method: `intervals`), ``gates``
+  (the reasons, if any, that turn verdicts into "not measured": `gates`), settings, cost, wall time, model and
+  hardware.
+* ``units.npz``: the per-unit arrays every estimate and interval can be recomputed from (`units`).
+* ``decomposition.png``, ``decomposition.md`` (a readable summary of both parts: `decomposition_text`).
+* ``null_model.csv`` (per Hamming bin: measured, additive and residual covariance with CIs over mask pairs and
+  groups conditional on the sequences, ``*_ci_seq`` over whole sequences), ``null_model_pairs.csv`` (every mask
+  pair) and ``null_model.png``.
 
 Cost in gradient rows: decomposition ``S_p (J + 2 D Kmax) + 2 B R Kmax`` and null model
 ``S (J + 2 budget + G m)`` (S_p = pool, J = reference, D = draws, B = check_batches, R = batch_rows,
@@ -33,96 +38,14 @@ from femlm.errors import UserError
 from .config import DEFAULT_CHUNK
 from .decomposition import decomposition_cost, decomposition_study
 from .decomposition_figures import plot_decomposition, plot_null_model
+from .decomposition_text import decomposition_markdown
+from .gates import apply_gates, decomposition_gates, null_model_gates
 from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .null_model import null_model_cost, null_model_study
 from .studies import make_reference, resolve_variance_tau
 from .tables import write_csv
-
-
-def _fmt(value: float) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4g}"
-
-
-def _with_ci(value: float, ci: list[float]) -> str:
-    if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):  # JSON writes NaN as null
-        return _fmt(value)
-    return f"{_fmt(value)} [{_fmt(ci[0])}, {_fmt(ci[1])}]"
-
-
-def verdict_table(verdicts: dict[str, Any]) -> list[str]:
-    """Markdown rows of the per-K verdicts (also the study's README, from decomposition.json)."""
-    lines = ["| K | FE / MLM per unit compute [95% CI] | c_FE + sigma_d2 [95% CI] | measured, same rows | "
-             "measured, same sequences | i.i.d. / MLM | verdict |", "|---:|---|---|---|---|---|---|"]
-    for k, v in verdicts.items():
-        fe, iid = v["fe"], v["iid"]
-        lines.append(f"| {k} | {_with_ci(fe['per_compute_vs_mlm'], fe['ci'])} | "
-                     f"{_with_ci(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci'])} | "
-                     f"{_with_ci(fe['measured_same_rows'], fe['measured_same_rows_ci'])} | "
-                     f"{_with_ci(fe['measured_same_sequences'], fe['measured_same_sequences_ci'])} | "
-                     f"{_with_ci(iid['per_compute_vs_mlm'], iid['ci'])} | {fe['verdict']} |")
-    return lines
-
-
-def decomposition_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], null_rows: list[dict[str, Any]],
-                           title: str) -> str:
-    s, terms, null = summary["settings"], summary["terms"], summary["null_model"]["summary"]
-    lines = [f"# Gradient variance decomposition: {title}", "",
-             f"Pool of {s['pool']} validation blocks of {s['block_size']} tokens, tau = {s['tau']} masked tokens per "
-             f"copy, R = {s['batch_rows']} rows per step, K in {s['num_masks']}; {s['reference']} reference masks and "
-             f"{s['draws']} draws of {max(s['num_masks'])} masks per sequence and arm; {s['check_batches']} directly "
-             f"resampled batches; intervals: 95% percentile bootstrap ({s['bootstrap']} resamples).", "",
-             "## Terms (traces of covariance matrices, per sequence)", "",
-             "| term | estimate [95% CI] |", "|---|---|",
-             f"| data term sigma_d2 = Var_x(E_m[g given x]) | {_with_ci(**_ev(terms['sigma_d2']))} |",
-             f"| mask term sigma_m2 = E_x[Var_m(g given x)] | {_with_ci(**_ev(terms['sigma_m2']))} |",
-             f"| c_FE, two disjoint masks of one sequence (pooled over K) | {_with_ci(**_ev(terms['c_fe']))} |"]
-    for k, t in terms["c_fe_by_K"].items():
-        lines.append(f"| c_FE from the first K={k} masks of each draw | {_with_ci(**_ev(t))} |")
-    for k, t in terms["c_iid_by_K"].items():
-        lines.append(f"| c_iid (control, 0 expected), K={k} | {_with_ci(**_ev(t))} |")
-    lines += ["", "Batch variance with S sequences of K copies: (1/S) [sigma_d2 + sigma_m2 / K + (1 - 1/K) c]. "
-              "Per unit compute (variance x rows per step) FE costs K sigma_d2 + sigma_m2 + (K - 1) c_FE against "
-              "MLM's sigma_d2 + sigma_m2 in *both* equal-compute modes, so FE wins iff c_FE < -sigma_d2.", "",
-              "## Verdict per K (equal compute)", "", *verdict_table(summary["verdicts"])]
-    lines += ["", "Measured ratios come from batches resampled from the pool (data term (1 - 1/S_p) sigma_d2), "
-              "predicted ones are for sequences drawn from the corpus.", "",
-              "## Batch-gradient variance per arm", "",
-              "| arm | mode | K | sequences / step | rows / step | predicted [95% CI] | measured [95% CI] | "
-              "measured / predicted (pool) [95% CI] | variance x rows [95% CI] |",
-              "|---|---|---:|---:|---:|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['arm']} | {r['mode']} | {r['K']} | {r['sequences_per_step']} | {r['rows_per_step']} | "
-                     f"{_with_ci(r['predicted_var'], r['predicted_var_ci'])} | "
-                     f"{_with_ci(r['measured_var'], r['measured_var_ci'])} | "
-                     f"{_with_ci(r['measured_over_predicted'], r['measured_over_predicted_ci'])} | "
-                     f"{_with_ci(r['var_x_rows'], r['var_x_rows_ci'])} |")
-    ns = summary["null_model"]["settings"]
-    lines += ["", "## Assumption 1 against an additive null model", "",
-              f"{ns['sequences']} sequences, tau = {ns['tau']}, {ns['pairs']} mask pairs at stratified Hamming "
-              f"distances, {ns['groups']} groups of {ns['group_size']} i.i.d. masks per sequence for the additive "
-              "model (the least-squares additive approximation g_add(m) = (1/tau) sum_{i in m} a_i; its covariance "
-              "is affine in the overlap, and measured = additive + residual holds exactly).", "",
-              f"- measured decrease (first to last H bin): {_with_ci(null['measured_decrease'], null['measured_decrease_ci'])}",
-              f"- additive model's decrease: {_with_ci(null['additive_decrease'], null['additive_decrease_ci'])}",
-              f"- fraction explained by the additive model: "
-              f"{_with_ci(null['fraction_explained'], null['fraction_explained_ci'])}",
-              f"- residual (interaction) decrease: {_with_ci(null['residual_decrease'], null['residual_decrease_ci'])}",
-              f"- Spearman rho of the residual against H (bins): "
-              f"{_with_ci(null['residual_rho_bins'], null['residual_rho_bins_ci'])}",
-              f"- additive share of Var(g(m)): {_fmt(null['additive_share_of_var'])}", "",
-              "| H bin | mean H | pairs | measured [95% CI] | additive [95% CI] | residual [95% CI] |",
-              "|---|---:|---:|---|---|---|"]
-    for r in null_rows:
-        lines.append(f"| {r['h_low']}-{r['h_high']} | {r['h_mean']:.1f} | {r['pairs']} | "
-                     f"{_with_ci(r['measured'], r['measured_ci'])} | {_with_ci(r['additive'], r['additive_ci'])} | "
-                     f"{_with_ci(r['residual'], r['residual_ci'])} |")
-    lines.append("")
-    return "\n".join(lines)
-
-
-def _ev(term: dict[str, Any]) -> dict[str, Any]:
-    return {"value": term["estimate"], "ci": term["ci"]}
+from .units import write_units
 
 
 def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_ids: torch.Tensor,
@@ -180,6 +103,9 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
     run.log(stage="null_model", fraction_explained=null.summary["fraction_explained"],
             residual_rho_bins=null.summary["residual_rho_bins"])
     bar.close()
+    gates = {"decomposition": decomposition_gates(res.terms, pool, res.terms["robust"]),
+             "null_model": null_model_gates(null.summary, seqs)}
+    apply_gates(res.verdicts, gates["decomposition"])
 
     summary: dict[str, Any] = {
         "kind": "analysis", "analysis_kind": "decomposition", "domain": cfg.domain.name, "model": model_info,
@@ -192,7 +118,9 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
                      "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
         "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
         "sequences": {"n_valid": n_valid.tolist(), **(extra or {})},
-        "terms": res.terms, "verdicts": res.verdicts, "stats": res.stats,
+        "terms": res.terms, "verdicts": res.verdicts, "stats": res.stats, "gates": gates,
+        "units": {"file": "units.npz", "decomposition": res.stats["intervals"],
+                  "null_model": null.stats["intervals"]},
         "null_model": {"summary": null.summary, "bins": null.rows,
                        "settings": {**null.stats, "hamming_bins": acfg.hamming_bins, "budget": acfg.budget}},
         "cost": {"planned_passes": planned, "passes": grads.passes,
@@ -205,7 +133,8 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
              plot_decomposition(res.rows, res.terms, out / "decomposition.png", title),
              write_csv(out / "null_model.csv", null.rows),
              write_csv(out / "null_model_pairs.csv", null.pairs),
-             plot_null_model(null.rows, null.summary, out / "null_model.png", f"Assumption 1 vs additive model: {title}")]
+             plot_null_model(null.rows, null.summary, out / "null_model.png", f"Additive null model: {title}"),
+             write_units(out / "units.npz", res.units, null.units)]
     md = out / "decomposition.md"
     md.write_text(decomposition_markdown(summary, res.rows, null.rows, title))
     files.append(md)

@@ -1,10 +1,11 @@
-"""Assumption 1 against a null model: how much of Cov(H)'s decrease an additive gradient already gives (issue
-17, part 2).
+"""Context interactions beyond an additive null model (issue 17, part 2; reframed in issue 27).
 
 Covariance falling with the Hamming distance H is guaranteed even for a model whose gradient is a sum of
 fixed per-token contributions, g(m) = (1/tau) sum_{i in m} a_i: two masks then share o = tau - H/2 terms, and
-the shared terms are all their covariance. Only what is left beyond such a model is evidence about context
-interactions, which is what the paper's argument needs.
+the shared terms are all their covariance (Cov_add = kappa(o) D2 below, falling with H whenever D2 > 0). So an
+additive gradient already satisfies the paper's Assumption 1, and this study is **not** a test of Assumption 1,
+nor of whether FE pays off at equal compute (that is `decomposition`). What it tests is what is left beyond the
+additive model: context interactions between the masked tokens.
 
 The additive model. For one sequence with n maskable positions and masks uniform over M(tau), the additive
 model is the least-squares projection of m -> g(m) onto {m -> (1/tau) sum_i m_i a_i} in L2(uniform masks),
@@ -37,9 +38,12 @@ bootstrap unit for the additive curve).
 The measured curve is the covariance study's (`studies.covariance_study`, pairs at stratified H, each pair's
 value averaged over the mini-batch of sequences); the additive curve is ``mean_s kappa_s(o) D2_s`` at each
 pair's overlap, averaged over the same pairs per Hamming bin; the residual is their difference. Intervals:
-percentile bootstrap, pairs resampled within their bin (measured, and the bin's mean overlap) and groups
-resampled (D2), independently -- the two come from different masks. Summary: the measured decrease from the
-smallest- to the largest-H bin, the additive decrease, the fraction explained (additive / measured decrease),
+(1) ``*_ci`` percentile bootstrap, pairs resampled within their bin (measured, and the bin's mean overlap) and
+groups resampled (D2), independently -- conditional on the sequences, since every pair and group is measured
+on the same few sequences; (2) ``by_sequence`` and the bins' ``*_ci_seq``: whole sequences resampled, each with
+its pairs' covariances and its groups' D2 (the sequences are the independent units; expanded percentile,
+`intervals`). A study prints (2) and none below `intervals.MIN_UNITS` sequences. Summary: the measured
+decrease from the smallest- to the largest-H bin, the additive decrease, the fraction explained (additive / measured decrease),
 the residual's decrease and its Spearman rho against H (bin order) with an interval.
 
 Cost in gradient rows: ``S (J + 2 budget + G m)`` (reference, pairs, groups).
@@ -57,10 +61,11 @@ from scipy import stats
 from femlm.masking import make_generator
 
 from .estimators import GradFn, Progress, Reference, group_grams, percentile_ci
+from .intervals import interval_note, unit_ci
 from .masks import sample_kmasks
 from .studies import covariance_study
 
-STREAM_GROUPS, STREAM_BOOT = 31, 32
+STREAM_GROUPS, STREAM_BOOT, STREAM_SEQ_BOOT = 31, 32, 33
 NAN2 = [float("nan"), float("nan")]
 
 
@@ -92,6 +97,7 @@ class NullModelResult:
     summary: dict[str, Any]
     pairs: list[dict[str, Any]]  # the covariance study's pairs, with the additive value of each
     stats: dict[str, Any] = field(default_factory=dict)
+    units: dict[str, np.ndarray] = field(default_factory=dict)  # per sequence and group (`units`, null_*)
 
 
 def _spearman_rows(values: np.ndarray) -> np.ndarray:
@@ -192,9 +198,57 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
             summary["fraction_explained_ci"] = percentile_ci(decrease(boot["additive"]) / decrease(boot["measured"]))
         if labels.size >= 3:
             summary["residual_rho_bins_ci"] = percentile_ci(_spearman_rows(boot["residual"]))
+    seq_units = _by_sequence(cov.per_sequence, members, o_bins, d2, n_np, tau)
+    rows, summary["by_sequence"] = _sequence_intervals(seq_units, rows, n_boot, seed, tau)
     pairs = [{**r, "additive": float(a), "residual": float(c)}
              for r, a, c in zip(cov.rows, additive, pair_res, strict=True)]
     st = {"tau": tau, "sequences": int(valid.shape[0]), "n_valid": n_valid.tolist(), "pairs": len(cov.rows),
           "groups": groups, "group_size": group_size, "reference": ref.count, "bootstrap": n_boot,
-          "measured_spearman": {k: v for k, v in cov.spearman.items() if k != "bin_ci"}}
-    return NullModelResult(rows=rows, summary=summary, pairs=pairs, stats=st)
+          "measured_spearman": {k: v for k, v in cov.spearman.items() if k != "bin_ci"},
+          "intervals": {
+              "sequences": interval_note("sequences", int(valid.shape[0]), n_boot),
+              "pairs_and_groups": {**interval_note("mask pairs within Hamming bins (measured) and groups of masks "
+                                                   "(D2), conditional on the sequences",
+                                                   min(int(m.size) for m in members), n_boot,
+                                                   "percentile bootstrap"), "groups": groups}}}
+    return NullModelResult(rows=rows, summary=summary, pairs=pairs, stats=st, units=seq_units)
+
+
+def _by_sequence(per_seq: dict[str, np.ndarray], members: list[np.ndarray], o_bins: np.ndarray, d2: np.ndarray,
+                 n: np.ndarray, tau: int) -> dict[str, np.ndarray]:
+    """Per-sequence arrays of the null model (``units.npz``): the sequences are its independent units."""
+    cov = per_seq["cov"]  # [P, S]
+    return {"null_bin_cov": np.stack([cov[i].mean(axis=0) for i in members], axis=1),  # [S, bins]
+            "null_overlap_bins": o_bins, "null_d2": d2, "null_var_single": per_seq["var_single"].mean(axis=0),
+            "null_n_valid": n, "null_tau": np.array(tau)}
+
+
+def _sequence_intervals(u: dict[str, np.ndarray], rows: list[dict[str, Any]], n_boot: int, seed: int,
+                        tau: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Intervals with whole sequences resampled (each with its pairs' covariances and its groups' D2): the
+    curves, decreases, fraction explained, residual rho and additive share. Adds ``*_ci_seq`` to every bin row."""
+    seqs = u["null_bin_cov"].shape[0]
+    d2_s = u["null_d2"].mean(axis=0)  # [S]
+    n = u["null_n_valid"]
+    add_s = kappa(u["null_overlap_bins"][None, :], n[:, None], tau) * d2_s[:, None]  # [S, bins]
+    var_add_s = kappa(float(tau), n, tau) * d2_s
+    out: dict[str, Any] = {"unit": "sequences", "count": seqs}
+    keys = ("measured_decrease", "additive_decrease", "residual_decrease", "fraction_explained", "residual_rho_bins",
+            "additive_share_of_var", "d2_mean")
+    if not n_boot or seqs < 2:
+        return [{**r, "measured_ci_seq": list(NAN2), "additive_ci_seq": list(NAN2), "residual_ci_seq": list(NAN2)}
+                for r in rows], {**out, **{f"{k}_ci": list(NAN2) for k in keys}}
+    rng = np.random.default_rng(make_generator(seed, tau, micro_step=STREAM_SEQ_BOOT).initial_seed())
+    w = rng.multinomial(seqs, np.full(seqs, 1 / seqs), size=n_boot) / seqs  # [B, S]
+    m_b, a_b = w @ u["null_bin_cov"], w @ add_s
+    r_b = m_b - a_b
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = {"measured_decrease": m_b[:, 0] - m_b[:, -1], "additive_decrease": a_b[:, 0] - a_b[:, -1],
+                "residual_decrease": r_b[:, 0] - r_b[:, -1],
+                "fraction_explained": (a_b[:, 0] - a_b[:, -1]) / (m_b[:, 0] - m_b[:, -1]),
+                "residual_rho_bins": (_spearman_rows(r_b) if r_b.shape[1] >= 3 else np.full(n_boot, np.nan)),
+                "additive_share_of_var": (w @ var_add_s) / (w @ u["null_var_single"]), "d2_mean": w @ d2_s}
+    out.update({f"{k}_ci": unit_ci(boot[k], seqs) for k in keys})
+    rows = [{**r, "measured_ci_seq": unit_ci(m_b[:, j], seqs), "additive_ci_seq": unit_ci(a_b[:, j], seqs),
+             "residual_ci_seq": unit_ci(r_b[:, j], seqs)} for j, r in enumerate(rows)]
+    return rows, out

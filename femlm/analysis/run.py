@@ -10,7 +10,7 @@ and ``variance.md`` (per K), ``covariance_distribution.png`` (Figure 2), ``covar
 (Figure 3), ``variance.png``, and ``analysis.json`` (settings, Spearman rho with its bootstrap interval,
 Var_FE / Var_iid per K with intervals, cost, wall time, model, hardware). With ``results_dir`` set, the
 same files are copied to ``<results_dir>/analysis_<domain>_<model>_<panel>/``. Kind ``decomposition`` (data vs
-mask variance of the batch gradient, and Assumption 1 against an additive null model) is
+mask variance of the batch gradient, and context interactions beyond an additive null model) is
 `femlm.analysis.decomposition_run`; kind ``passes`` (disjoint masks across passes: the variance of a cycle's
 summed gradient) is `femlm.analysis.passes_run`.
 

@@ -50,6 +50,8 @@ class CovarianceResult:
     summary: list[dict[str, Any]]  # one per Hamming bin
     spearman: dict[str, Any]
     stats: dict[str, Any] = field(default_factory=dict)
+    # per pair and sequence [P, S]: "cov" (each row's value is its mean over sequences), "var_single"
+    per_sequence: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,9 +93,11 @@ def covariance_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
         raise AssertionError("pair sampler missed a requested Hamming distance")
     grams = group_grams(grad_fn, torch.stack([m1, m2], dim=2), ref, chunk, progress)  # [P, S, 2, 2]
     corr = ref.correction.cpu().view(1, -1)
-    cov = (grams[..., 0, 1] - corr).mean(dim=1).numpy()
+    cov_ps = grams[..., 0, 1] - corr  # [P, S]
+    var_ps = (grams[..., 0, 0] + grams[..., 1, 1]) / 2 - corr
+    cov = cov_ps.mean(dim=1).numpy()
     raw = grams[..., 0, 1].mean(dim=1).numpy()
-    var1 = ((grams[..., 0, 0] + grams[..., 1, 1]) / 2 - corr).mean(dim=1).numpy()
+    var1 = var_ps.mean(dim=1).numpy()
     hams_np, bins_np = hams.numpy(), bin_of.numpy()
     rows = [{"pair": p, "bin": int(bins_np[p]), "hamming": int(hams_np[p]), "overlap": tau - int(hams_np[p]) // 2,
              "cov": float(cov[p]), "cov_uncorrected": float(raw[p]), "var_single": float(var1[p])}
@@ -115,7 +119,8 @@ def covariance_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
     stats = {"tau": tau, "n_min": n_min, "h_max": max_hamming(n_min, tau), "pairs": len(cov),
              "var_single": var_single, "reference": ref.count,
              "reference_correction": float(ref.correction.mean())}
-    return CovarianceResult(rows=rows, summary=summary, spearman=spear, stats=stats)
+    return CovarianceResult(rows=rows, summary=summary, spearman=spear, stats=stats,
+                            per_sequence={"cov": cov_ps.numpy(), "var_single": var_ps.numpy()})
 
 
 def resolve_variance_tau(n_min: int, tau: int, variance_tau: int | None, num_masks: list[int],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser("python -m femlm.study")
     ap.add_argument("--experiment", default=None, metavar="NAME", help="the study: study (all-MiniLM-L6-v2, issue "
                     "17) or study_base (all-mpnet-base-v2, the paper's shape, issue 23); default study")
+    ap.add_argument("--from-json", action="store_true",
+                    help="rewrite the README's verdicts from the committed study.json, without the run directories "
+                         "(femlm.study.regenerate)")
     args = ap.parse_args(argv)
     args.names = [*([args.experiment] if args.experiment else []), *args.names] or [EXPERIMENT]
     args.smoke = args.smoke or os.environ.get("FEMLM_STUDY_SMOKE", "") not in ("", "0")
-    return run(args)
+    return from_json(args) if args.from_json else run(args)
+
+
+def from_json(args: Any) -> int:
+    """--from-json: today's verdict writer over a finished study's committed files (femlm.study.regenerate)."""
+    from femlm.errors import UserError
+    from femlm.experiment.schema import load
+    from femlm.study.regenerate import regenerate
+
+    try:
+        if len(args.names) != 1:
+            raise UserError("--from-json rewrites one study; name one")
+        plan = study_plan(load(args.names[0], smoke=args.smoke), args.smoke)
+        out = (args.out or REPO / plan["out_dir"]).resolve()
+        readme = args.readme or (REPO / "README.md" if (REPO / "README.md").is_file() else None)
+        print(regenerate(plan, out, readme))
+        return 0
+    except UserError as err:
+        print(f"femlm: error: {err}", file=sys.stderr)
+        return 2

@@ -138,7 +138,7 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
                     output="decomposition.json", estimate_s=est.analysis(over, variant.get("unit", "gradient_row")),
                     needs=[ckpt], meta={"checkpoint": where, "key": key, "variant": name,
                                         "label": variant.get("label", ""),
-                                        # "side": a null model too small to test Assumption 1 (numbers only)
+                                        # "side": a null model too small to test for context interactions (numbers only)
                                         "null_model": variant.get("null_model", "test")})
 
     variants = list(d.get("variants") or [{}])  # one analyze run per variant (study_base: ratios, 512 tokens)

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from femlm.analysis.gates import not_measured, null_model_gates
+from femlm.study.evidence import enough, pool_size, run_gates
 from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, fmt_sig, term_interval
 
 
@@ -32,6 +34,7 @@ def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         tau, n = masking_ratio(j)
         t = j["terms"]
+        reasons = run_gates(j)["decomposition"]
         for k, v in j["verdicts"].items():
             fe = v["fe"]
             rows.append({
@@ -44,7 +47,7 @@ def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
                 "c_fe_plus_sigma_d2": fe["c_plus_sigma_d2"], "c_fe_plus_sigma_d2_ci": fe["c_plus_sigma_d2_ci"],
                 "fe_vs_mlm_per_compute": fe["per_compute_vs_mlm"], "fe_vs_mlm_per_compute_ci": fe["ci"],
                 "iid_vs_mlm_per_compute": v["iid"]["per_compute_vs_mlm"], "iid_vs_mlm_per_compute_ci": v["iid"]["ci"],
-                "verdict": fe["verdict"]})
+                "pool_sequences": pool_size(j), "not_measured": reasons, "verdict": fe["verdict"]})
     return rows
 
 
@@ -58,23 +61,29 @@ def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def _ci(row: dict[str, Any], key: str) -> str:
-    return fmt_sig(as_interval(row[key], row.get(f"{key}_ci")))
+    """The value with its interval, or alone when the run has too few pool sequences for one."""
+    return fmt_sig(as_interval(row[key], row.get(f"{key}_ci") if enough(row.get("pool_sequences")) else None))
 
 
 def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    lines = ["| run | tokens | ratio (tau / n) | K | sigma_d2 | sigma_m2 | c_FE | c_iid | c_FE + sigma_d2 | "
-             "FE / MLM per unit compute | i.i.d. / MLM | verdict |", "|---|---:|---|---:|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | tokens | ratio (tau / n) | K | pool sequences | sigma_d2 | sigma_m2 | c_FE | c_iid | "
+             "c_FE + sigma_d2 | FE / MLM per unit compute (predicted) | i.i.d. / MLM (predicted) | verdict |",
+             "|---|---:|---|---:|---:|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['run']} | {r['block_size']} | {fmt(r['ratio'], 3)} ({r['tau']} / {r['maskable']}) | "
+                     f"{r.get('pool_sequences', '?')} | "
                      f"{r['K']} | {_ci(r, 'sigma_d2')} | {_ci(r, 'sigma_m2')} | {_ci(r, 'c_fe')} | {_ci(r, 'c_iid')} | "
                      f"{_ci(r, 'c_fe_plus_sigma_d2')} | {_ci(r, 'fe_vs_mlm_per_compute')} | "
                      f"{_ci(r, 'iid_vs_mlm_per_compute')} | {r['verdict']} |")
     lines += ["", "FE lowers the training gradient's variance at equal compute only where c_FE + sigma_d2 < 0, i.e. "
               "where the FE / MLM ratio's whole interval is below 1. The terms are per run (one pool, one tau, "
-              "shared by its K); the largest K a ratio allows is n // tau. 95% bootstrap intervals over the pool's "
-              "sequences.", ""]
+              "shared by its K); the largest K a ratio allows is n // tau. The ratios are predictions of the "
+              "decomposition at the run's tau, for the gradient of the parameters it studies, not measured training "
+              "variances. 95% expanded percentile bootstrap intervals over the pool's sequences (count in the table; "
+              "none below 12). A verdict reads \"not measured\" where a sanity gate failed "
+              "(`femlm.analysis.gates`).", ""]
     return lines
 
 
@@ -84,9 +93,14 @@ def ratio_conclusions(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]
     for r in rows:
         lo, hi = (finite_or_none(x) for x in r["fe_vs_mlm_per_compute_ci"])
         text = (f"masking ratio {fmt(r['ratio'], 2)} ({r['tau']} of {r['maskable']} tokens, {r['block_size']}-token "
-                f"blocks), K={r['K']}: FE / MLM gradient variance per unit compute {_ci(r, 'fe_vs_mlm_per_compute')}, "
-                f"c_FE + sigma_d2 = {_ci(r, 'c_fe_plus_sigma_d2')}")
-        if lo is not None and hi is not None and hi < 1:
+                f"blocks), K={r['K']}: FE / MLM gradient variance per unit compute, predicted by the decomposition "
+                f"at tau = {r['tau']}, {_ci(r, 'fe_vs_mlm_per_compute')}, c_FE + sigma_d2 = "
+                f"{_ci(r, 'c_fe_plus_sigma_d2')} ({r.get('pool_sequences', '?')} pool sequences)")
+        if r.get("not_measured"):
+            not_pays.append(f"{text}: {not_measured(r['not_measured'])}.")
+        elif not enough(r.get("pool_sequences")):
+            not_pays.append(f"{text}: no interval (too few pool sequences), so no verdict.")
+        elif lo is not None and hi is not None and hi < 1:
             pays.append(text + ": FE lowers the variance at equal compute.")
         elif lo is not None and hi is not None and lo > 1:
             not_pays.append(text + ": FE raises it.")
@@ -109,6 +123,29 @@ def plot_pairs(src: Path, dec_json: dict[str, Any], path: Path, title: str) -> P
     return plot_covariance_distribution(pairs, bins, path, title)
 
 
+def null_units_of(study: dict[str, Any], key: str) -> int | None:
+    """The null model's sequences for a run of a study.json: recorded (``null_sequences``), else the plan's
+    ``analysis.sequences`` override (a study.json from before issue 27)."""
+    recorded = (study.get("null_sequences") or {}).get(key)
+    if isinstance(recorded, int):
+        return recorded
+    found = None
+    for item in ((study.get("plan") or {}).get("decomposition") or {}).get("overrides") or []:
+        if str(item).startswith("analysis.sequences="):
+            found = int(str(item).split("=", 1)[1])
+    return found
+
+
+def _null_cell(study: dict[str, Any], key: str, null: dict[str, Any]) -> str:
+    """The fraction of the covariance fall the additive model explains, or why it is not measured."""
+    seqs = null_units_of(study, key)
+    reasons = null_model_gates(null, seqs)
+    by_seq = null.get("by_sequence") or {}
+    ci = by_seq.get("fraction_explained_ci") if by_seq else null.get("fraction_explained_ci")
+    value = fmt_ci(as_interval(null.get("fraction_explained"), None if reasons else ci), 2)
+    return f"{value}, {not_measured(reasons)}" if reasons else f"{value} ({seqs} sequences)"
+
+
 def _run_label(study: dict[str, Any], key: str) -> str:
     """A decomposition run's plan label (e.g. "masking ratio 0.15 (19 of 126 tokens per copy), K = 2, 4, 6")."""
     return str((study.get("labels") or {}).get(key) or key)
@@ -128,8 +165,7 @@ def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -
                      f"{(e.get('parameters') or 0) / 1e6:.1f}M parameters",
             "sigma_d2": fmt_sig(term_interval(t["sigma_d2"])) if t else "n/a",
             "c_fe": fmt_sig(term_interval(t["c_fe"])) if t else "n/a",
-            "null": fmt_ci(as_interval(null.get("fraction_explained"), null.get("fraction_explained_ci")), 2)
-            if null else "n/a",
+            "null": _null_cell(study, null_key, null) if null else "n/a",
         }
 
     a = column(other, "warmup", "warmup")

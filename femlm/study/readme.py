@@ -9,6 +9,7 @@ from typing import Any
 
 from femlm.study import stats as st
 from femlm.study.collect import part_walls
+from femlm.study.evidence import null_sequences
 from femlm.study.plan import Step
 from femlm.study.ratios import ratio_conclusions, ratio_section, side_by_side
 from femlm.study.sections import (
@@ -23,8 +24,9 @@ from femlm.study.text import minutes
 
 BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 INTRO = ("Three questions of issue 17, each answered with error bars: (1) does fully-explored masking reduce the "
-         "variance of the *training* gradient at equal compute, and is the paper's Assumption 1 more than what "
-         "additive per-token gradients give; (2) does FE make training faster at equal compute (held-out MLM "
+         "variance of the *training* gradient at equal compute (predicted by a variance decomposition), and does "
+         "the gradient covariance's fall with Hamming distance show context interactions beyond what additive "
+         "per-token gradients give (additive gradients alone satisfy Assumption 1); (2) does FE make training faster at equal compute (held-out MLM "
          "loss against training FLOPs, MLM vs FE-MLM vs the i.i.d. K-mask control, in both equal-compute modes); "
          "(3) does anything survive downstream (ACL-ARC, SciERC)?")
 
@@ -91,8 +93,8 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
     if not plan.get("pretrain"):
         lines += ["", "Each interval is a per-comparison 95% interval; with many of them (every run and K), one or "
                   "two 'differences' are expected by chance alone. "
-                  + report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; Assumption 1 against "
-                  "the null model", "", *ratio_section(dec_rows or []), *decomposition_section(data["decomposition"])]
+                  + report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; context interactions "
+                  "against the additive null model", "", *ratio_section(dec_rows or []), *decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))]
         return _write(out, lines + _files(plan))
     n_comp = count_comparisons(pre, down)
     n_seeds = len({r["seed"] for r in data["pretrain"]}) or len(plan["pretrain"]["seeds"])
@@ -103,8 +105,8 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               "differences of several seed standard deviations can be told apart. The scale is tiny next to the paper's (RoBERTa-base, 40k steps of batch 48 x 512 "
               "tokens on 72k papers): a null result here does not rule out an effect at scale, and a positive one "
               "would still need to be reproduced there.", "",
-              "## 1-2. Variance of the training gradient; Assumption 1 against the null model", ""]
-    dec_lines = decomposition_section(data["decomposition"])
+              "## 1-2. Variance of the training gradient; context interactions against the additive null model", ""]
+    dec_lines = decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))
     lines += dec_lines or ["Not run (or not finished).", ""]
     lines += ["## 3. Training speed at equal compute", "",
               "Held-out MLM loss (fixed held-out blocks and masks) against cumulative training FLOPs "
@@ -168,7 +170,9 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
         base = {"encoder": data.get("encoder"), "labels": {k: v.get("label") for k, v in data["decomposition"].items()},
                 "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
                 "null_model": {k: ((v.get("json") or {}).get("null_model") or {}).get("summary")
-                               for k, v in data["decomposition"].items()}}
+                               for k, v in data["decomposition"].items()},
+                "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
+                                   if v.get("json")}}
         lines += side_by_side(base, out.parent / "study" / "study.json", (plan.get("report") or {}).get("side_by_side", {}))
     lines += ["Supported by the evidence:"] + ([f"- {s}" for s in supports] or ["- nothing beyond noise."])
     lines += ["", "Not supported at this scale:"] + ([f"- {s}" for s in not_supported] or ["- (none)"])

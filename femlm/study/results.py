@@ -21,6 +21,7 @@ import numpy as np
 from femlm.runs import cpu_model
 from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
+from femlm.study.evidence import null_sequences, pool_size, run_gates
 from femlm.study.figures import plot_curves, plot_downstream
 from femlm.study.plan import Step, final, pretrain_dir
 from femlm.study.ratios import plot_pairs, ratio_rows, write_ratio_csv
@@ -33,6 +34,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                   readme: Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = collect(plan, steps, runs)
+    gates = {k: run_gates(v["json"]) for k, v in data["decomposition"].items() if v.get("json")}  # issue 27
     pre = analyse_pretraining(plan, data) if plan.get("pretrain") else {}
     down = analyse_downstream(plan, data) if plan.get("finetune") else {}
     order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
@@ -72,6 +74,10 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
                             for k, v in data["decomposition"].items()},
+             "gates": gates,
+             "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")},
+             "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
+                                if v.get("json")},
              "pretraining": {m: {k: v for k, v in r.items() if k not in ("bands", "differences")} for m, r in pre.items()},
              "downstream": down, "timings": timings, "wall_s_by_part": part_walls(timings),
              "hardware": {"cpu": cpu_model(), "platform": platform.platform()}}

@@ -6,9 +6,22 @@ from typing import Any
 
 import numpy as np
 
-from femlm.analysis.decomposition_run import verdict_table
+from femlm.analysis.decomposition_text import verdict_table
+from femlm.analysis.gates import not_measured
 from femlm.runs import cpu_model
 from femlm.study.collect import run_config
+from femlm.study.evidence import (
+    dec_units,
+    enough,
+    null_interval,
+    null_sentence,
+    null_units,
+    pool_size,
+    prediction_label,
+    ratio_sentence,
+    run_gates,
+    studied,
+)
 from femlm.study.text import (
     MODE_LABEL,
     as_interval,
@@ -117,79 +130,60 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def decomposition_section(dec: dict[str, Any]) -> list[str]:
+def decomposition_section(dec: dict[str, Any], model_parameters: int | None = None) -> list[str]:
     lines: list[str] = []
     for where, d in dec.items():
         j = d.get("json")
         if not j:
             continue
+        gates = run_gates(j)
         s, terms = j["settings"], j["terms"]
+        show = enough(pool_size(j))
+
+        def term(name: str, terms: dict[str, Any] = terms, show: bool = show) -> str:
+            t = term_interval(terms[name])
+            return fmt_sig(t if show else {**t, "low": None, "high": None})
+
         lines += [f"### {d['label']}" if d.get("label") else
                   f"### On {'the warmed-up encoder (where every arm starts)' if where == 'warmup' else 'the final MLM checkpoint'}",
                   "",
                   f"Pool of {s['pool']} held-out blocks, tau = {s['tau']}, R = {s['batch_rows']} rows per step, "
-                  f"K in {s['num_masks']}; {s['check_batches']} directly resampled batches; parameters: "
-                  f"{', '.join(j['parameters']['patterns'])} ({fmt(j['parameters']['numel'])} values); "
-                  f"95% bootstrap intervals over the pool's sequences.", "",
-                  "| term | estimate [95% CI] |", "|---|---|",
-                  f"| data term sigma_d2 | {fmt_sig(term_interval(terms['sigma_d2']))} |",
-                  f"| mask term sigma_m2 | {fmt_sig(term_interval(terms['sigma_m2']))} |",
-                  f"| c_FE (two disjoint masks of one sequence) | {fmt_sig(term_interval(terms['c_fe']))} |",
-                  f"| c_iid (control, 0 expected) | {fmt_sig(term_interval(terms['c_iid']))} |", "",
-                  "Per K, at the run's batch size (predicted ratios are per unit compute; measured ones from directly "
-                  "resampled batches):", "", *verdict_table(j["verdicts"])]
+                  f"K in {s['num_masks']}; {s['check_batches']} directly resampled batches; {studied(j, model_parameters)}; "
+                  f"{dec_units(j)}.", ""]
+        if gates["decomposition"]:
+            lines += [f"**{not_measured(gates['decomposition'])}.** The numbers are printed; no verdict is drawn.", ""]
+        lines += ["| term | estimate" + (" [95% CI]" if show else "") + " |", "|---|---|",
+                  f"| data term sigma_d2 | {term('sigma_d2')} |",
+                  f"| mask term sigma_m2 | {term('sigma_m2')} |"]
+        if "sigma_m2_from_fe_masks" in terms:
+            lines.append(f"| sigma_m2 from the FE masks (a second unbiased estimate) | {term('sigma_m2_from_fe_masks')} |")
+        lines += [f"| c_FE (two disjoint masks of one sequence) | {term('c_fe')} |",
+                  f"| c_iid (control, 0 expected) | {term('c_iid')} |", "",
+                  "Per K, at the run's batch size (ratios per unit compute, *predicted* from the terms; measured ones "
+                  "from directly resampled batches):", "", *verdict_table(j["verdicts"], show)]
         k = headline_k(j["verdicts"])
         fe = j["verdicts"][k]["fe"]
-        ci = fe["ci"]
         share = terms["sigma_d2"]["estimate"] / max(terms["sigma_d2"]["estimate"] + terms["sigma_m2"]["estimate"], 1e-30)
+        margin = as_interval(fe["c_plus_sigma_d2"], fe["c_plus_sigma_d2_ci"] if show else None)
         lines += ["", f"Reading: of one MLM row's gradient variance, the data term is {share:.0%} and the mask term "
                   f"{1 - share:.0%}. FE lowers the variance at equal compute only if c_FE < -sigma_d2 (the module "
-                  f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = "
-                  f"{fmt_sig(as_interval(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci']))}. "
-                  + _ratio_sentence(fe["per_compute_vs_mlm"], ci, k), ""]
+                  f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = {fmt_sig(margin)}. "
+                  + ratio_sentence(fe["per_compute_vs_mlm"], fe["ci"] if show else [None, None], k,
+                                   gates["decomposition"], f"ratio ({prediction_label(j, model_parameters)})"), ""]
         null = j.get("null_model", {}).get("summary", {})
         if null:
-            frac = null.get("fraction_explained")
-            frac_ci = null.get("fraction_explained_ci") or [None, None]
-            lines += ["Assumption 1 against the additive null model (Cov(H) of a model whose gradient is a sum of "
-                      f"per-token terms): measured decrease of the covariance over Hamming distance "
-                      f"{fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}, the "
-                      f"additive model's {fmt_sig(as_interval(null.get('additive_decrease'), null.get('additive_decrease_ci')))}, "
-                      f"fraction explained {fmt_ci(as_interval(frac, frac_ci), 2)}; residual (interaction) decrease "
-                      f"{fmt_sig(as_interval(null.get('residual_decrease'), null.get('residual_decrease_ci')))}. "
-                      + _null_sentence(null), ""]
+            frac = null_interval(j, "fraction_explained")
+            lines += ["Context interactions against the additive null model (the covariance of a gradient that is a "
+                      "sum of per-token terms already falls with the Hamming distance; what is left is interaction; "
+                      f"{null_units(j)}): measured decrease "
+                      f"{fmt_sig(null_interval(j, 'measured_decrease'))}, the additive model's "
+                      f"{fmt_sig(null_interval(j, 'additive_decrease'))}, fraction explained {fmt_ci(frac, 2)}; "
+                      f"residual (interaction) decrease {fmt_sig(null_interval(j, 'residual_decrease'))}; D2 "
+                      f"{fmt_sig(as_interval(null.get('d2_mean'), None))}, additive share of Var(g(m)) "
+                      f"{fmt(null.get('additive_share_of_var'))}. " + null_sentence(j, gates["null_model"]), ""]
         lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", "",
                   f"![Figure 2](covariance_distribution_{where}.png)", ""]
     return lines
-
-
-def _ratio_sentence(value: float, ci: list[float], k: str = "4") -> str:
-    lo, hi = finite_or_none(ci[0]), finite_or_none(ci[1])
-    if lo is None or hi is None:
-        return "No interval was computed, so no verdict is drawn."
-    if hi < 1:
-        return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is below 1: at this checkpoint FE's "
-                "training gradient has lower variance than MLM's at equal compute.")
-    if lo > 1:
-        return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] is above 1: at equal compute FE's "
-                "training gradient has *higher* variance than MLM's (the K copies cost K times fewer sequences, "
-                "and the data variance this adds outweighs the negative covariance between disjoint masks).")
-    return (f"At K={k} the predicted ratio {value:.3f} [{lo:.3f}, {hi:.3f}] contains 1: no difference in "
-            "training-gradient variance at equal compute was detected.")
-
-
-def _null_sentence(null: dict[str, Any]) -> str:
-    ci = null.get("residual_decrease_ci") or [None, None]
-    lo, hi = finite_or_none(ci[0]), finite_or_none(ci[1])
-    if lo is None or hi is None:
-        return ""
-    if lo > 0:
-        return ("The residual decreases with H beyond the additive model: evidence of context interactions, which "
-                "Assumption 1 needs.")
-    if hi < 0:
-        return "The residual *increases* with H: the measured decrease is smaller than the additive model gives."
-    return ("The residual's decrease contains 0: the covariance's fall with H is what additive per-token "
-            "gradients give, so this does not test Assumption 1 beyond the null model.")
 
 
 def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
@@ -219,10 +213,7 @@ def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
             cells = [f"{label(arm)}", f"{fmt_ci(c['final_loss']['paired'])} ({c['final_loss']['verdict']})",
                      f"{fmt_ci(c['mean_loss']['paired'])} ({c['mean_loss']['verdict']})"]
             for key in res["targets"]:
-                r = c[f"ratio_to_{key}"]
-                nr = r["not_reached"]
-                extra = f"; not reached by {nr['arm']} arm / {nr['reference']} MLM runs" if nr["arm"] or nr["reference"] else ""
-                cells.append(f"{fmt_ci(r)} ({r['verdict']}{extra})")
+                cells.append(fmt_ratio(c[f"ratio_to_{key}"]))
             lines.append("| " + " | ".join(cells) + " |")
         vs = res.get("fe_vs_control")
         if vs:
@@ -231,6 +222,21 @@ def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
                       f"{fmt_ci(vs['mean_loss'])} ({vs['mean_loss']['verdict']})."]
         lines += ["", f"![loss vs compute]({'loss_vs_flops_' + mode}.png)", ""]
     return lines
+
+
+def fmt_ratio(r: dict[str, Any]) -> str:
+    """A compute-to-target ratio: with its interval, or, when runs never reached the target (censored), as the
+    bound it is, without an interval."""
+    nr = r.get("not_reached") or {}
+    seeds = f"{r.get('n', '?')} seeds"
+    bound = r.get("bound") or ""
+    if bound == "both censored":
+        return f"not measured: neither arm reached the target in some seeds ({seeds})"
+    if bound in ("lower", "upper"):
+        sign, who = (">=", f"{nr.get('arm', '?')} arm runs") if bound == "lower" else ("<=", f"{nr.get('reference', '?')} MLM runs")
+        return (f"{sign} {fmt(r.get('estimate'))} (a bound, no interval: {who} never reached the target; "
+                f"{seeds}) ({r['verdict']})")
+    return f"{fmt_ci(r)} ({seeds}, {r.get('method') or 't'}) ({r['verdict']})"
 
 
 def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
@@ -259,20 +265,26 @@ def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
     return lines
 
 
-def _part1(supports: list[str], not_supported: list[str], at: str, k: str, ratio: float, lo: float | None,
-           hi: float | None) -> None:
+def _part1(supports: list[str], not_supported: list[str], at: str, k: str, fe: dict[str, Any], reasons: list[str],
+           predicted: str) -> None:
     """The one-line verdict on FE's training-gradient variance per unit compute at K, by its interval."""
-    if lo is not None and hi is not None and hi < 1:
+    ratio = fe["per_compute_vs_mlm"]
+    lo, hi = finite_or_none(fe["ci"][0]), finite_or_none(fe["ci"][1])
+    if reasons:
+        not_supported.append(f"Part 1: at {at}, FE (K={k}) vs MLM per unit compute, {predicted}: ratio "
+                             f"{fmt(ratio)}, {not_measured(reasons)}.")
+    elif lo is not None and hi is not None and hi < 1:
         supports.append(f"Part 1: at {at}, FE (K={k}) has lower training-gradient variance than MLM per unit "
-                        f"compute (predicted ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
+                        f"compute ({predicted}: ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
     elif lo is not None and hi is not None and lo > 1:
         not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
-                             f"equal compute; it raises it (K={k} ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]): the data "
-                             "variance of K times fewer sequences outweighs the covariance FE removes. The "
-                             "paper's variance argument covers the mask term only.")
+                             f"equal compute; it raises it ({predicted}: K={k} ratio {ratio:.3f} [{lo:.3f}, "
+                             f"{hi:.3f}]): the data variance of K times fewer sequences outweighs the covariance FE "
+                             "removes. The paper's variance argument covers the mask term only.")
     else:
         not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
-                             f"between FE (K={k}) and MLM was detected (ratio {ratio:.3f}, interval contains 1).")
+                             f"between FE (K={k}) and MLM was detected ({predicted}: ratio {ratio:.3f}, interval "
+                             "contains 1 or none was computed).")
 
 
 def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
@@ -285,30 +297,32 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
         if not j:
             continue
         at = where_label(where, d)
+        gates = run_gates(j)
         k = headline_k(j["verdicts"])
-        v = j["verdicts"][k]
-        lo, hi = finite_or_none(v["fe"]["ci"][0]), finite_or_none(v["fe"]["ci"][1])
-        ratio = v["fe"]["per_compute_vs_mlm"]
         if not plan.get("decomposition", {}).get("variants"):  # else: per run and K, femlm.study.ratios
-            _part1(supports, not_supported, at, k, ratio, lo, hi)
+            _part1(supports, not_supported, at, k, j["verdicts"][k]["fe"], gates["decomposition"],
+                   prediction_label(j))
         null = j.get("null_model", {}).get("summary", {})
-        ci = null.get("residual_decrease_ci") or [None, None]
-        numbers = (f"measured fall {fmt_sig(as_interval(null.get('measured_decrease'), null.get('measured_decrease_ci')))}"
-                   f", the additive model explains "
-                   f"{fmt_ci(as_interval(null.get('fraction_explained'), null.get('fraction_explained_ci')), 2)}")
-        if d.get("null_model") == "side":
-            if null:
-                not_supported.append(f"Part 2: at {at}, Assumption 1 is not tested (the null model ran on a few "
-                                     f"sequences and masks, sized as a side number): {numbers}.")
-        elif finite_or_none(ci[0]) is not None and finite_or_none(ci[0]) > 0:
+        if not null:
+            continue
+        ci = null_interval(j, "residual_decrease")
+        numbers = (f"measured fall {fmt_sig(null_interval(j, 'measured_decrease'))}, the additive model explains "
+                   f"{fmt_ci(null_interval(j, 'fraction_explained'), 2)}; {null_units(j)}")
+        if gates["null_model"]:
+            not_supported.append(f"Part 2: at {at}, context interactions beyond an additive gradient: "
+                                 f"{not_measured(gates['null_model'])} ({numbers}).")
+        elif d.get("null_model") == "side":
+            not_supported.append(f"Part 2: at {at}, context interactions are not tested (the null model ran on a "
+                                 f"few sequences and masks, sized as a side number): {numbers}.")
+        elif ci["low"] is not None and ci["low"] > 0:
             supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
                             f"additive per-token gradients give (residual decrease above 0; {numbers}): evidence "
-                            "of context interactions (Assumption 1).")
-        elif finite_or_none(ci[1]) is not None:
+                            "of context interactions. This tests interactions only: additive gradients already "
+                            "satisfy Assumption 1, and it says nothing about FE's benefit.")
+        elif ci["high"] is not None:
             not_supported.append(f"Part 2: at {at}, the fall of covariance with Hamming distance is not shown to "
                                  "exceed the additive null model's (the residual decrease interval reaches 0 or "
-                                 f"below; {numbers}), so Assumption 1 is not tested beyond what sampling tokens "
-                                 "without replacement gives.")
+                                 f"below; {numbers}): no context interactions detected.")
     for mode, res in pre.items():
         if "comparisons" not in res:
             continue
@@ -318,7 +332,7 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
             ratio = c.get("ratio_to_75%") or next((c[k] for k in c if k.startswith("ratio_to_")), None)
             rv = ratio["verdict"] if ratio else "no ratio"
             text = (f"Part 3 ({name}): final held-out loss {v} (paired difference {fmt_ci(c['final_loss']['paired'])}); "
-                    f"compute to the 75% target: {rv} ({fmt_ci(ratio) if ratio else 'n/a'}).")
+                    f"compute to the 75% target: {fmt_ratio(ratio) if ratio else 'n/a'}.")
             if arm != "fe_subword":
                 controls.append(text)
             elif v == "lower" or rv.startswith("less compute"):

@@ -26,8 +26,11 @@ CURVE_FIELDS = ("step", "train_flops", "eval_loss", "eval_accuracy", "sequences_
 
 
 def curve_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per evaluation of every pre-training run, the shared warm-up's as arm "warmup"."""
+    """One row per evaluation of every pre-training run, the shared warm-ups' as arms "head_warmup" (the fresh
+    head alone, where a study has one) and "warmup"."""
     runs = [({"arm": r["arm"], "mode": r["mode"], "seed": r["seed"]}, r["curve"]) for r in data["pretrain"]]
+    if data.get("head_warmup"):
+        runs.append(({"arm": "head_warmup", "mode": "any", "seed": 0}, data["head_warmup"]["curve"]))
     if data.get("warmup"):
         runs.append(({"arm": "warmup", "mode": "any", "seed": 0}, data["warmup"]["curve"]))
     return [{**ident, **{k: c.get(k) for k in CURVE_FIELDS}} for ident, curve in runs for c in curve]

@@ -1,0 +1,181 @@
+"""The verdict writer (issue 27, item 3): femlm/study/sections.py and ratios.py on hand-made study fragments.
+
+Each case builds the decomposition.json a run would leave (or a pre-training comparison) with known numbers and
+checks the sentence femlm writes: supported, contradicted, inconclusive, censored, out of range, too few units,
+heavy-tailed. No run, no file: pure functions of the fragments.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from femlm.study.ratios import ratio_conclusions, ratio_rows, ratio_section, side_by_side
+from femlm.study.sections import conclusions, decomposition_section, fmt_ratio
+
+
+def term(value: float, ci: list[float]) -> dict[str, Any]:
+    return {"estimate": value, "ci": ci}
+
+
+def fragment(ratio: float = 0.9, ci: tuple[float, float] = (0.85, 0.95), pool: int = 40, sigma_d2: float = 0.4,
+             sigma_m2: float = 4.7, sigma_m2_fe: float = 5.0, seqs: int = 12, d2: float = 50.0,
+             share: float = 0.6, residual_ci: tuple[float, float] = (3.0, 6.0)) -> dict[str, Any]:
+    """A decomposition.json with one K (4): FE / MLM per unit compute ``ratio [ci]``."""
+    fe = {"per_compute_vs_mlm": ratio, "ci": list(ci), "verdict": "(interval reading)",
+          "c_plus_sigma_d2": -0.1, "c_plus_sigma_d2_ci": [-0.2, -0.05], "measured_same_rows": None,
+          "measured_same_rows_ci": [None, None], "measured_same_sequences": None,
+          "measured_same_sequences_ci": [None, None]}
+    iid = {**fe, "per_compute_vs_mlm": 1.1, "ci": [1.05, 1.15], "verdict": "i.i.d. increases"}
+    null = {"measured_decrease": 11.9, "measured_decrease_ci": [10.7, 13.0], "additive_decrease": 7.5,
+            "additive_decrease_ci": [6.7, 8.4], "residual_decrease": 4.4, "residual_decrease_ci": [3.1, 5.8],
+            "fraction_explained": 0.63, "fraction_explained_ci": [0.55, 0.72], "residual_rho_bins": -0.9,
+            "var_single": 11.4, "additive_share_of_var": share, "d2_mean": d2,
+            "by_sequence": {"unit": "sequences", "count": seqs, "residual_decrease_ci": list(residual_ci),
+                            "measured_decrease_ci": [10.0, 13.5], "additive_decrease_ci": [6.0, 9.0],
+                            "fraction_explained_ci": [0.5, 0.75]}}
+    return {"settings": {"pool": pool, "tau": 15, "batch_rows": 16, "num_masks": [4], "check_batches": 0,
+                         "block_size": 128},
+            "sequences": {"n_valid": [126] * max(pool, seqs)},
+            "parameters": {"patterns": ["*layer.0.attention.self.query.weight"], "numel": 147456},
+            "terms": {"sigma_d2": term(sigma_d2, [sigma_d2 * 0.8, sigma_d2 * 1.2]),
+                      "sigma_m2": term(sigma_m2, [sigma_m2 * 0.9, sigma_m2 * 1.1]),
+                      "sigma_m2_from_fe_masks": term(sigma_m2_fe, [sigma_m2_fe * 0.9, sigma_m2_fe * 1.1]),
+                      "c_fe": term(-0.5, [-0.6, -0.4]), "c_iid": term(0.0, [-0.1, 0.1])},
+            "verdicts": {"4": {"fe": fe, "iid": iid, "fe_vs_iid": {"ratio": 0.9, "ci": [0.8, 0.95]}}},
+            "null_model": {"summary": null, "settings": {"sequences": seqs, "tau": 15, "pairs": 64, "groups": 12,
+                                                         "group_size": 4}}}
+
+
+def verdicts_of(j: dict[str, Any], **d: Any) -> tuple[list[str], list[str]]:
+    plan: dict[str, Any] = {"decomposition": {}}
+    supports, not_supported, _ = conclusions(plan, {"warmup": {"json": j, **d}}, {}, {})
+    return supports, not_supported
+
+
+def part(lines: list[str], n: int) -> list[str]:
+    return [x for x in lines if x.startswith(f"Part {n}")]
+
+
+def test_supported() -> None:
+    sup, nsup = verdicts_of(fragment(0.9, (0.85, 0.95)))
+    (p1,) = part(sup, 1)
+    assert "lower training-gradient variance" in p1 and "predicted by the decomposition at tau = 15" in p1
+    (p2,) = part(sup, 2)
+    assert "context interactions" in p2 and "not" in p2 and "Assumption 1" in p2  # interactions only
+    assert not part(nsup, 1)
+
+
+def test_contradicted() -> None:
+    sup, nsup = verdicts_of(fragment(1.05, (1.03, 1.08)))
+    assert not part(sup, 1)
+    (p1,) = part(nsup, 1)
+    assert "raises it" in p1 and "1.050 [1.030, 1.080]" in p1
+
+
+def test_inconclusive() -> None:
+    sup, nsup = verdicts_of(fragment(1.0, (0.93, 1.15), residual_ci=(-0.5, 2.0)))
+    assert not part(sup, 1) and not part(sup, 2)
+    assert "no difference" in part(nsup, 1)[0]
+    assert "no context interactions detected" in part(nsup, 2)[0]
+
+
+def test_out_of_range_estimates_are_not_measured() -> None:
+    j = fragment(0.95, (0.90, 0.99), sigma_d2=-0.08, d2=-7.29, share=-0.29)
+    sup, nsup = verdicts_of(j)
+    assert not sup  # neither part may be called supported
+    (p1,) = part(nsup, 1)
+    assert "not measured: sigma_d2" in p1
+    (p2,) = part(nsup, 2)
+    assert "not measured" in p2 and "D2" in p2 and "outside [0, 1]" in p2
+    text = "\n".join(decomposition_section({"warmup": {"json": j}}))
+    assert "not measured" in text and "0.950" in text  # the numbers stay, beside the reason
+
+
+def test_too_few_units_print_no_interval_and_no_verdict() -> None:
+    j = fragment(0.9, (0.85, 0.95), pool=4, seqs=4)
+    sup, nsup = verdicts_of(j)
+    assert not sup
+    assert "too few units: 4 pool sequences" in part(nsup, 1)[0]
+    assert "too few units: 4 sequences" in part(nsup, 2)[0]
+    text = "\n".join(decomposition_section({"warmup": {"json": j}}))
+    assert "[0.85" not in text and "95% CI" not in text and "no intervals: 4 pool sequences" in text
+
+
+def test_heavy_tails_are_not_measured() -> None:
+    """sigma_m2 23.3 against 5.85 from the FE masks (the 0.30 run of study-base): a factor 4."""
+    sup, nsup = verdicts_of(fragment(1.0, (0.99, 1.001), sigma_m2=23.3, sigma_m2_fe=5.85))
+    assert not part(sup, 1)
+    assert "two unbiased estimates of sigma_m2 disagree" in part(nsup, 1)[0]
+
+
+def test_units_are_stated() -> None:
+    text = "\n".join(decomposition_section({"warmup": {"json": fragment()}}, model_parameters=22_700_000))
+    assert "95% intervals over 40 pool sequences" in text
+    assert "95% intervals over 12 sequences" in text
+    assert "147,456 values, 0.65% of the model's 22.7M parameters" in text
+
+
+def test_ratio_rows_and_conclusions_per_run() -> None:
+    runs = {"r15": {"json": fragment(0.9, (0.85, 0.95))},
+            "r30": {"json": fragment(1.0, (0.99, 1.001), sigma_m2=23.3, sigma_m2_fe=5.85)},
+            "seq512": {"json": fragment(0.98, (0.84, 1.05), pool=4)}}
+    rows = ratio_rows(copy.deepcopy(runs))
+    assert [r["pool_sequences"] for r in rows] == [40, 40, 4]
+    pays, not_pays = ratio_conclusions(rows)
+    assert len(pays) == 1 and "predicted by the decomposition at tau = 15" in pays[0]
+    assert "not measured: two unbiased estimates" in not_pays[0]
+    assert "no interval (too few pool sequences)" in not_pays[1] or "too few units" in not_pays[1]
+    table = "\n".join(ratio_section(rows))
+    assert "| 4 |" in table and "[0.84" not in table  # the 4-sequence run prints no interval
+
+
+def test_censored_ratio_is_a_bound_not_an_interval() -> None:
+    lower = {"estimate": 1.2, "low": 1.05, "high": 1.4, "n": 3, "bound": "lower", "method": "paired t",
+             "not_reached": {"arm": 2, "reference": 0}, "verdict": "more compute (a lower bound)"}
+    text = fmt_ratio(lower)
+    assert text.startswith(">= 1.200") and "no interval" in text and "[1.05" not in text and "2 arm runs" in text
+    assert fmt_ratio({**lower, "bound": "both censored"}).startswith("not measured")
+    plain = {**lower, "bound": "", "verdict": "more compute"}
+    assert "1.200 [1.050, 1.400] (3 seeds" in fmt_ratio(plain)
+
+
+def test_side_by_side_gates_an_old_study_json_by_its_plan() -> None:
+    """results/study/study.json (MiniLM) predates the gates: 4 null-model sequences, from its plan's overrides."""
+    old = {"plan": {"decomposition": {"overrides": ["analysis.pool=48", "analysis.sequences=4"]}},
+           "null_model": {"warmup": fragment()["null_model"]["summary"]}, "decomposition_terms": {}}
+    base = {"null_model": {"seq512": fragment()["null_model"]["summary"]}, "null_sequences": {"seq512": 12}}
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "study.json"
+        path.write_text(json.dumps(old))
+        table = "\n".join(side_by_side(base, path, {"terms": "", "null_model": "seq512"}))
+    assert "not measured: too few units: 4 sequences" in table and "(12 sequences)" in table
+
+
+def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
+    """results/study/ (MiniLM) regenerated without its run directories: the null model ran on 4 sequences, so no
+    'evidence of context interactions' may remain, and the censored same-sequences ratio is a bound."""
+    import shutil
+    from pathlib import Path
+
+    from femlm.study.plan import load_plan
+    from femlm.study.regenerate import regenerate
+
+    src = Path(__file__).resolve().parents[1] / "results" / "study"
+    out = tmp_path / "study"
+    shutil.copytree(src, out)
+    top = tmp_path / "README.md"
+    top.write_text("intro\n<!-- study:begin -->\nold\n<!-- study:end -->\nrest\n")
+    text = regenerate(load_plan(False, "study"), out, top).read_text()
+    assert "evidence of context interactions" not in text
+    assert text.count("not measured: too few units: 4 sequences") >= 2
+    assert ">= 1.331 (a bound, no interval" in text
+    assert "predicted by the decomposition at tau = 15" in text
+    block = top.read_text()
+    assert block.startswith("intro\n<!-- study:begin -->") and block.endswith("<!-- study:end -->\nrest\n")
+    assert "not measured: too few units: 4 sequences" in block and "old" not in block
+    assert regenerate(load_plan(False, "study"), out, top).read_text() == text  # idempotent

@@ -35,7 +35,7 @@ def parser(prog: str = "python -m femlm.experiment") -> argparse.ArgumentParser:
     ap.add_argument("--results-only", action="store_true", help="only rewrite the report / results from the runs")
     ap.add_argument("--readme", type=Path, default=None,
                     help="study: a README with <!-- NAME:begin --> / <!-- NAME:end --> markers to refresh (default: "
-                         "the repository's README.md for a full study, none for a smoke run)")
+                         "the repository's docs/evidence.md for a full study, none for a smoke run)")
     ap.add_argument("--list", action="store_true", help="list the experiment files")
     return ap
 

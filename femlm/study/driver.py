@@ -3,7 +3,7 @@
 `pipeline` turns a study file (study.yaml, study_base.yaml: the ones with an ``encoder:`` block) into the steps of
 femlm.study.plan and gives the two in-process ones their actions: the encoder (locate or fetch, smoke: build;
 sha256 checked; written to <runs>/encoder_check/encoder.json) and the results (results/<study>/, and the
-top-level README's markers for a full study). The runner applies the resumption rules (femlm.experiment.step) and
+docs/evidence.md's markers for a full study). The runner applies the resumption rules (femlm.experiment.step) and
 keeps the logs, <runs>/experiment.log, <runs>/logs/<step>.log and <runs>/timings.json, which the README reports
 per part. A study's commands name absolute paths (its runs record them, and resume compares them).
 
@@ -26,6 +26,9 @@ from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
 from femlm.study import encoder as enc
 from femlm.study.plan import EXPERIMENT, build_steps, check_plan, study_plan
+
+# The page whose <!-- study:begin --> ... markers a full study rewrites (the top-level README links to it).
+EVIDENCE = REPO / "docs" / "evidence.md"
 
 
 def locate_encoder(plan: dict[str, Any], runs: Path) -> Path:
@@ -50,8 +53,8 @@ def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
     runs = (opts.runs or opts.root / plan["runs_dir"]).resolve()
     out = (opts.out or opts.root / plan["out_dir"]).resolve()
     readme = opts.readme
-    if readme is None and not opts.smoke and (REPO / "README.md").is_file():
-        readme = REPO / "README.md"
+    if readme is None and not opts.smoke and EVIDENCE.is_file():
+        readme = EVIDENCE
     check_plan(plan)
     encoder_dir = runs / "encoder" if opts.dry_run else locate_encoder(plan, runs)
     steps = build_steps(plan, runs, encoder_dir)
@@ -93,7 +96,7 @@ def from_json(args: Any) -> int:
             raise UserError("--from-json rewrites one study; name one")
         plan = study_plan(load(args.names[0], smoke=args.smoke), args.smoke)
         out = (args.out or REPO / plan["out_dir"]).resolve()
-        readme = args.readme or (REPO / "README.md" if (REPO / "README.md").is_file() else None)
+        readme = args.readme or (EVIDENCE if EVIDENCE.is_file() else None)
         print(regenerate(plan, out, readme))
         return 0
     except UserError as err:

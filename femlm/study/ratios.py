@@ -1,6 +1,6 @@
 """The decomposition across its variants (study_base.yaml: masking ratios 0.15 / 0.30 / 0.40 at 128 tokens, and
 Figures 2-3 at 512 tokens with masks of 128): one table of every term and verdict per variant and K, Figure 2 from
-the covariance pairs a decomposition run leaves, and the two studies' scales side by side for the top-level README.
+the covariance pairs a decomposition run leaves, and the two studies' scales side by side for docs/evidence.md.
 
 A decomposition run masks ``tau`` of the ``n`` maskable tokens of each block in every copy (``settings.tau``:
 ``round(analysis.ratio * n)``), so its masking ratio is ``tau / n``; the largest K a ratio allows is ``n // tau``.

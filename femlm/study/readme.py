@@ -1,4 +1,4 @@
-"""results/<study>/README.md and the summary the top-level README carries between the study's markers
+"""results/<study>/README.md and the summary docs/evidence.md carries between the study's markers
 (``<!-- study:begin -->`` for study.yaml, ``<!-- study-base:begin -->`` for study_base.yaml)."""
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _write(out: Path, lines: list[str]) -> Path:
 
 def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any], down: dict[str, Any],
                   timings: dict[str, Any], dec_rows: list[dict[str, Any]] | None = None, out: Path | None = None) -> str:
-    """The short, generated summary the top-level README carries between the study's markers; a study without
+    """The short, generated summary docs/evidence.md carries between the study's markers; a study without
     pre-training arms (study_base) puts its scale beside the MiniLM study's."""
     begin, end = markers(plan)
     supports, not_supported, _ = conclusions(plan, data["decomposition"], pre, down)
@@ -165,7 +165,7 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
     lines = [begin, "",
              f"_Generated from `{where}/` ({time.strftime('%Y-%m-%d')}; {runs}, wall "
              f"{minutes(total)} on this machine). Details, intervals and caveats: "
-             f"[{where}/README.md]({where}/README.md)._", ""]
+             f"[{where}/README.md](../{where}/README.md)._", ""]  # docs/evidence.md: links from docs/
     if not plan.get("pretrain") and out is not None:
         base = {"encoder": data.get("encoder"), "labels": {k: v.get("label") for k, v in data["decomposition"].items()},
                 "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},

@@ -6,7 +6,7 @@ pre-training comparisons, downstream scores) and the analysis' own ``decompositi
 (the first lines of each record the run's settings: pool, tau, rows, K, batches, null-model sequences and groups,
 which study.json from before issue 27 lacks), and replaces in results/<study>/README.md the sections written from
 verdicts -- "What the evidence supports", "What it does not support", the control's list, "1-2." (the
-decomposition) and the tables of "3." -- and the study's block of the top-level README. Everything else (scale,
+decomposition) and the tables of "3." -- and the study's block of docs/evidence.md. Everything else (scale,
 sizing, downstream tables, figures) is kept as the full run wrote it. A run that still has its run directories
 should use ``--results-only`` instead, which rewrites everything.
 """

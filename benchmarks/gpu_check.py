@@ -1,26 +1,29 @@
-"""`make gpu-check`: the first ten minutes on a GPU machine. Four parts, each with its budget on one H100:
+"""`make gpu-check`: the first ten minutes on a GPU machine. Four parts, each with its budget on one H100 (the
+bench times are a guess: this script has not yet run on a GPU):
 
 1. tests   (up to 180 s): `pytest -m cuda tests/test_cuda.py` in a subprocess that sees every GPU: device
    placement, bf16 autocast, fp16 with a GradScaler, fused AdamW, torch.compile, and DDP over NCCL (eager and
    compiled) when more than one GPU is visible. Their skips are printed with their reasons.
-2. bench   (up to 330 s, ~40 s per eager and ~100 s per compiled configuration): femlm's pre-training step
-   against HF Trainer + DataCollatorForLanguageModeling at the BERT-base shape (seq 128, batch 64 and seq 512,
-   batch 16: 8,192 tokens a step), bf16, eager and compiled (both sides), interleaved step by step
-   (benchmarks/bench_train.py's bench_shape). Prints tokens/s, the ratio, MFU against the card's published
-   dense bf16 peak (femlm/train/estimate.py's GPU_PEAK_BF16; a card it lacks gets no MFU), and femlm's peak
-   GPU memory beside femlm's own estimate for that shape (femlm/train/estimate.py: micro_batch_memory). A
-   configuration that would start past the part's budget is skipped and said so.
-3. agree   (up to 30 s): a few steps of a 2-layer BERT on CUDA (bf16 autocast) and on the CPU (fp32) from the
-   same state, seed and batches; the losses must agree within bf16 tolerance (_gpu.BF16_REL_TOL).
+2. bench   (up to 330 s: ~30 s per eager configuration, 50 + 10 steps a side plus building the model, tokenizer
+   and data; ~120 s per compiled one): femlm's pre-training step against HF Trainer +
+   DataCollatorForLanguageModeling at the BERT-base shape (seq 128 batch 64, seq 512 batch 16: 8,192 tokens a
+   step), bf16, eager and compiled (both sides), interleaved step by step (benchmarks/bench_train.py's
+   bench_shape). Prints tokens/s, the ratio, MFU against the card's published dense bf16 peak
+   (femlm/train/estimate.py's GPU_PEAK_BF16; a card it lacks gets no MFU), and femlm's peak GPU memory beside
+   femlm's own estimate for that shape (femlm/train/estimate.py: micro_batch_memory). A configuration that
+   would start past the part's budget is skipped, and says so.
+3. agree   (up to 30 s): 5 steps of a 2-layer BERT on CUDA (bf16 autocast) and on the CPU (fp32) from the same
+   state, seed and batches; the losses must agree within bf16 tolerance (_gpu.BF16_REL_TOL).
 4. write: results/gpu/<card>-<date>/ (results.json, results.md) that can be committed as they are.
 The benchmark runs on the first visible GPU only (HF's Trainer would otherwise wrap the model in DataParallel).
 Exit status 1 when a test fails or the losses disagree (the results are written first).
 
-`--smoke` runs the same code paths on the CPU at a tiny shape (seq 32 and 64) in well under a minute: the tests
-(all skip), both sides' steps (eager; --smoke --compile adds compiled, ~4 minutes on 2 cores), MFU against a measured CPU matmul peak (a short matmul
-probe, the faster of fp32 and bf16), and the bf16-vs-fp32 agreement on the CPU. It writes <card>-<date>/ under --out, by default a fresh temporary directory.
+`--smoke` runs the same code paths on the CPU at tiny shapes (seq 32 and 64) in under a minute: the tests (all
+skip), both sides' steps (eager only; --smoke --compile adds compiled, ~4 minutes on 2 cores), MFU against a
+measured CPU matmul peak (a short probe, the faster of fp32 and bf16), and the bf16-vs-fp32 agreement on the
+CPU. It writes <card>-<date>/ under --out, by default under a fresh temporary directory.
 
-Usage: python benchmarks/gpu_check.py [--smoke] [--out DIR] [--steps 30] [--warmup 10] [--[no-]compile]
+Usage: python benchmarks/gpu_check.py [--smoke] [--out DIR] [--steps 50] [--warmup 10] [--[no-]compile]
                                       [--budget-s 600]
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -93,14 +97,14 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="the same code paths on the CPU at a tiny shape")
     parser.add_argument("--out", type=Path, help="where <card>-<date>/ is written (default: results/gpu; "
                         "--smoke: a fresh temporary directory)")
-    parser.add_argument("--steps", type=int, help="measured steps per configuration (default 30; smoke 2)")
+    parser.add_argument("--steps", type=int, help="measured steps per configuration (default 50; smoke 2)")
     parser.add_argument("--warmup", type=int, help="unmeasured steps first (default 10; smoke 1)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="also benchmark both sides compiled (default: yes on a GPU, no under --smoke, where "
                         "compiling takes minutes on a 2-core CPU)")
     parser.add_argument("--budget-s", type=float, default=600, help="whole-run time budget in seconds")
     args = parser.parse_args()
-    args.steps = args.steps or (2 if args.smoke else 30)
+    args.steps = args.steps or (2 if args.smoke else 50)
     args.warmup = args.warmup or (1 if args.smoke else 10)
     args.compile = not args.smoke if args.compile is None else args.compile
     start = time.perf_counter()
@@ -152,6 +156,7 @@ def main() -> int:
                                    f"({budget['bench']:.0f} s)")
                     print(f"  skipped: {skipped[-1]}", flush=True)
                     continue
+                gc.collect()  # the last configuration's models and optimizers
                 if cuda:
                     torch.cuda.empty_cache()
                 rows.append(bench(shape, compiled, args, peak, device, Path(tmp)))

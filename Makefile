@@ -10,7 +10,7 @@ ifneq ($(wildcard ../shared/data),)
 export FEMLM_MIRROR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: install test test-all lint bench reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
+.PHONY: install test test-all lint bench gpu-check reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
         reproduce-figures reproduce-continual reproduce-glue study study-smoke study-base study-base-smoke clean help
 
 # `make help` (the default) is generated from the `## ` comment after each target's prerequisites: a new target
@@ -47,6 +47,10 @@ bench: $(STAMP) ## The masking, data, precision and training benchmarks (print t
 	$(BIN)/python benchmarks/bench_data.py
 	$(BIN)/python benchmarks/bench_precision.py
 	$(BIN)/python benchmarks/bench_train.py
+
+# On a CUDA machine (within 10 minutes on one H100). Results go to results/gpu/<card>-<date>/, ready to commit.
+gpu-check: $(STAMP) ## On a GPU: the CUDA tests, femlm vs HF Trainer at BERT-base (tokens/s, MFU, memory), CUDA-vs-CPU losses
+	$(BIN)/python benchmarks/gpu_check.py
 
 # Every experiment runs through one runner (femlm/experiment/): femlm/conf/experiment/<name>.yaml -> one femlm command
 # per step in a fixed run directory; run it again to continue (finished steps are skipped, a cut pre-training

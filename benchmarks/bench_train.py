@@ -46,6 +46,7 @@ from femlm.runtime.config import RuntimeConfig  # noqa: E402
 from femlm.runtime.host_memory import keep_freed_memory  # noqa: E402
 from femlm.train.config import TrainerConfig  # noqa: E402
 from femlm.train.core import PretrainCore  # noqa: E402
+from femlm.train.distributed import DistInfo  # noqa: E402
 from femlm.train.flops import flop_counts, measured_matmul_flops  # noqa: E402
 
 
@@ -84,7 +85,12 @@ def build_model(shape: Shape) -> torch.nn.Module:
 
 
 def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,
-                precision: str = "fp32", compile_femlm: bool = False, keep_freed: bool = True) -> dict[str, float]:
+                precision: str = "fp32", compile_femlm: bool = False, keep_freed: bool = True,
+                device: str = "cpu", compile_hf: bool = False) -> dict[str, float]:
+    """Both sides' tokens/s, MFU and HFU (against `matmul_flops`, the peak FLOP/s), and the ratio. On CUDA each
+    timing waits for the GPU, and `femlm_peak_bytes` is femlm's peak memory: its model and optimizer states plus
+    the most its step held at once (HF's model, resident beside it, excluded). `compile_hf`: TrainingArguments'
+    torch_compile (--compile compiles femlm's side only)."""
     from datasets import Dataset
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
@@ -100,7 +106,9 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
                           tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
     tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
     runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed)
-    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0)
+    cuda = torch.device(device).type == "cuda"
+    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0,
+                        dist=DistInfo(device=torch.device(device)))
 
     # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
     special = [[int(t in (tokenizer.cls_token_id, tokenizer.sep_token_id)) for t in row] for row in blocks.tolist()]
@@ -111,11 +119,17 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
                              per_device_train_batch_size=shape.batch, learning_rate=LR, weight_decay=0.01,
                              adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
                              warmup_steps=int(WARMUP * total), lr_scheduler_type="linear", logging_steps=log_every,
-                             save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
-                             dataloader_num_workers=0, bf16=precision == "bf16")
+                             save_strategy="no", report_to="none", use_cpu=not cuda, seed=0, disable_tqdm=True,
+                             dataloader_num_workers=0, bf16=precision == "bf16",
+                             torch_compile=compile_hf)
     times: dict[str, list[float]] = {"femlm": [], "hf": []}
     femlm_losses: list[float] = []
     femlm_predicted: list[int] = []
+    peak = [0]
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
 
     class Interleave(TrainerCallback):
         mark = 0.0
@@ -124,10 +138,17 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
             self.mark = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            sync()
             times["hf"].append(time.perf_counter() - self.mark)
+            if cuda:
+                before = torch.cuda.memory_allocated(device)
+                torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
             stats = core.step(state.global_step)
+            sync()
             times["femlm"].append(time.perf_counter() - start)
+            if cuda and state.global_step > warmup:  # the step's own peak on top of what was resident + states
+                peak[0] = max(peak[0], torch.cuda.max_memory_allocated(device) - before + state_bytes(core))
             femlm_losses.append(stats.loss)
             femlm_predicted.append(stats.masked_tokens)
             self.mark = time.perf_counter()
@@ -150,7 +171,7 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     hf_executed = counts.per_step(shape.batch, shape.seq, tokens)
     out = {"femlm": tokens / fem_s, "hf": tokens / hf_s, "mfu": model_flops / fem_s / matmul_flops,
            "hf_mfu": model_flops / hf_s / matmul_flops, "hfu": fem_executed / fem_s / matmul_flops,
-           "hf_hfu": hf_executed / hf_s / matmul_flops}
+           "hf_hfu": hf_executed / hf_s / matmul_flops, "predicted": predicted, "femlm_peak_bytes": peak[0]}
     out["ratio"] = out["femlm"] / out["hf"]
     prefix = f"[{shape.name} b={shape.batch} L={shape.seq}]"
     print(f"{prefix} step s femlm={fem_s:.3f} hf={hf_s:.3f} (mean of {steps} after {warmup} warm-up)")
@@ -165,6 +186,13 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     print(f"{prefix} tokens/s femlm={out['femlm']:.0f} hf={out['hf']:.0f} ratio={out['ratio']:.2f} "
           f"mfu={out['mfu']:.3f}", flush=True)
     return out
+
+
+def state_bytes(core: PretrainCore) -> int:
+    """Bytes of the core's parameters and optimizer state (gradients are freed between steps)."""
+    tensors = list(core.objective.parameters())
+    tensors += [t for state in core.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def main() -> None:

@@ -28,8 +28,11 @@ EXPECTED = {
     "bench_study.py": (r"estimate.seconds: \{train_row: .*head_row: .*ft_train_example_aclarc: .*gradient_row: ",
                        True),
     "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),
+    "gpu_check.py": (r"\[smoke eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+\n(.*\n)*"
+                     r"losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*gpu-check ok in ", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),
     "span_stats.py": (r"FE-span K=8 r=0.125 ", True),
+    "wholeword_law.py": (r"FE new: p=.* P\(conflict\)=\S+ (.*\n)*timing, \d+ rows, K 6: old ", True),
 }
 
 

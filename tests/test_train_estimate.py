@@ -14,7 +14,14 @@ import torch
 
 from femlm.errors import UserError
 from femlm.runtime.config import RuntimeConfig
-from femlm.train.estimate import GPU_PEAK_BF16, compute_plan, masked_per_row, micro_batch_memory, model_shape
+from femlm.train.estimate import (
+    GPU_PEAK_BF16,
+    PLAN_GPUS,
+    compute_plan,
+    masked_per_row,
+    micro_batch_memory,
+    model_shape,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 # The estimate against the peak resident memory of two real fp32 CPU steps: measured / estimated within this
@@ -88,7 +95,9 @@ def test_gpu_hours_follow_from_peak_and_mfu(tmp_path: Path) -> None:
     for mfu in (0.3, 0.6):
         cfg.runtime.assumed_mfu = mfu
         plans[mfu] = compute_plan(cfg, shape, masked)
-    for gpu, peak in GPU_PEAK_BF16.items():
+    assert set(plans[0.3]["gpu_hours"]) == set(PLAN_GPUS)
+    for gpu in PLAN_GPUS:
+        peak = GPU_PEAK_BF16[gpu]
         expected = plans[0.3]["train_flops"] / (peak * 0.3) / 3600
         assert plans[0.3]["gpu_hours"][gpu] == pytest.approx(expected, abs=0.05)
         assert plans[0.6]["gpu_hours"][gpu] == pytest.approx(plans[0.3]["gpu_hours"][gpu] / 2, abs=0.05)

@@ -33,13 +33,17 @@ import torch
 from femlm.train.compute import step_layout
 from femlm.train.flops import FlopCounts, flop_counts
 
-# Dense bf16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the sheets' headline figures are twice these
-# ("with sparsity"), which dense training cannot use.
+# Published dense bf16 tensor-core peaks (FLOP/s) from NVIDIA's data sheets; the sheets' headline figures are twice
+# these ("with sparsity"), which dense training cannot use. benchmarks/gpu_check.py measures MFU against them.
 GPU_PEAK_BF16: dict[str, float] = {
     "H100 SXM": 989e12,  # NVIDIA H100 Tensor Core GPU data sheet: BF16 Tensor Core 1,979 TFLOPS with sparsity
+    "H100 PCIe": 756e12,  # same data sheet, H100 PCIe column: 1,513 TFLOPS with sparsity
+    "H200": 989e12,  # NVIDIA H200 Tensor Core GPU data sheet (SXM): BF16 Tensor Core 1,979 TFLOPS with sparsity
     "A100": 312e12,  # NVIDIA A100 Tensor Core GPU data sheet: BF16 Tensor Core 312 TFLOPS (624 with sparsity)
     "L4": 121e12,  # NVIDIA L4 Tensor Core GPU data sheet: BF16 Tensor Core 242 TFLOPS with sparsity
+    "A10": 125e12,  # NVIDIA A10 Tensor Core GPU data sheet: BF16 Tensor Core 125 TFLOPS (250 with sparsity)
 }
+PLAN_GPUS = ("H100 SXM", "A100", "L4")  # the GPUs the dry run prices a run on
 GIB = 2**30
 
 
@@ -111,7 +115,7 @@ def masked_per_row(masker: Any, tokenizer: Any, seq: int) -> float:
 
 def compute_plan(cfg: Any, shape: ModelShape, masked: float) -> dict[str, Any]:
     """The run's training FLOPs, the memory of its micro-batch under bf16 autocast on a GPU, and its hours on
-    each GPU of GPU_PEAK_BF16 at runtime.assumed_mfu (one process; `masked`: masked targets per row)."""
+    each GPU of PLAN_GPUS at runtime.assumed_mfu (one process; `masked`: masked targets per row)."""
     tcfg, runtime, seq = cfg.trainer, cfg.runtime, cfg.data.block_size
     layout = step_layout(tcfg.equal_compute, tcfg.batch_size, tcfg.max_steps, cfg.masking.num_copies)
     flops = layout.steps * shape.flops.per_step(layout.rows, seq, masked * layout.rows)
@@ -124,7 +128,7 @@ def compute_plan(cfg: Any, shape: ModelShape, masked: float) -> dict[str, Any]:
         "masked_per_row": masked, "params": shape.params,
         "micro_batch": {"rows": micro, "memory_gib": {k: round(b / GIB, 2) for k, b in memory.items()}},
         "assumed_mfu": mfu,
-        "gpu_hours": {gpu: round(flops / (peak * mfu) / 3600, 1) for gpu, peak in GPU_PEAK_BF16.items()},
+        "gpu_hours": {gpu: round(flops / (GPU_PEAK_BF16[gpu] * mfu) / 3600, 1) for gpu in PLAN_GPUS},
     }
 
 

@@ -129,7 +129,8 @@ def decomposition_section(dec: dict[str, Any]) -> list[str]:
                   "",
                   f"Pool of {s['pool']} held-out blocks, tau = {s['tau']}, R = {s['batch_rows']} rows per step, "
                   f"K in {s['num_masks']}; {s['check_batches']} directly resampled batches; parameters: "
-                  f"{', '.join(j['parameters']['patterns'])} ({fmt(j['parameters']['numel'])} values); "
+                  f"{', '.join(j['parameters'].get('patterns') or j['parameters']['names'])} "
+                  f"({fmt(j['parameters']['numel'])} values); "
                   f"95% bootstrap intervals over the pool's sequences.", "",
                   "| term | estimate [95% CI] |", "|---|---|",
                   f"| data term sigma_d2 | {fmt_sig(term_interval(terms['sigma_d2']))} |",

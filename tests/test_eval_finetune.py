@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import math
 import random
 import shutil
 import sys
@@ -379,3 +380,22 @@ def test_finetune_and_evaluate_locate_each_checkpoint_once(checkpoint: Path, toy
         scored = run_evaluate(both, new_run(tmp_path / "ev2", "evaluate"))
     assert len(scored["checkpoints"]) == 2
     assert calls.count("locate") == 1 + 2 and len(calls) <= 1 + 2 * 2, calls
+
+
+def test_finetune_in_bf16_and_fp16_follows_fp32(checkpoint: Path, toy_data: Any, tmp_path: Path) -> None:
+    """runtime.precision=bf16|fp16 fine-tunes under autocast (fp16 with GradScaler, on CPU too): the same seed's
+    training losses stay within a tolerance of fp32's without being identical, and results.json names the dtype."""
+    losses = {}
+    for precision in ("fp32", "bf16", "fp16"):
+        cfg = make_cfg(checkpoint, toy_task(patience=None, epochs=2))
+        cfg.runtime.precision = precision
+        run = new_run(tmp_path / precision)
+        run_finetune(cfg, run)
+        on_disk = json.loads((run.dir / "results.json").read_text())
+        assert on_disk["recipe"]["precision"] == precision
+        history = json.loads((run.dir / "seed_1" / "scores.json").read_text())["history"]
+        losses[precision] = [r["train_loss"] for r in history]
+        assert all(math.isfinite(v) for v in losses[precision])
+    for precision in ("bf16", "fp16"):
+        assert losses[precision] != losses["fp32"]  # autocast was on
+        assert losses[precision] == pytest.approx(losses["fp32"], rel=0.01), precision  # measured: < 3e-4

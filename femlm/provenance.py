@@ -10,6 +10,9 @@ results.json embeds are the same JSON):
   `{"kind": "finetune", "task", "seed", "checkpoint", "best_epoch", "max_length", "pretrain": <its checkpoint's
   record or null>}`.
 
+`weights_sha256` is the other half of what a result records about its encoder (`ResolvedModel.describe`, under
+`encoder` in summary.json, results.json, analysis.json): which weights file of a local checkpoint was run, by sha256.
+
 Older files are read here too, and only here: a record is kept as written (results.json copies it verbatim), and
 the properties below answer for every version (`num_masks` was once `splits`; a record without `command` was
 continual when it names `init_from`).
@@ -17,6 +20,8 @@ continual when it names `init_from`).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -109,3 +114,46 @@ def read(directory: Path) -> Provenance | None:
     except ValueError as err:
         raise UserError(f"{path}: not valid JSON ({getattr(err, 'msg', err)})") from None
     return Provenance.of(data) if isinstance(data, dict) else None
+
+
+SINGLE_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def weights_sha256(directory: Path) -> dict[str, Any]:
+    """`{"weights": file, "sha256": hex}` of a local checkpoint's weights file (what transformers loads first);
+    a sharded checkpoint: `{"weights": [shards], "sha256": hex of the shards' sha256s joined in name order}`;
+    `{"weights": None, "sha256": None}` when the directory holds none. Hashed once per file version."""
+    directory = Path(directory)
+    for index in SHARD_INDEXES:
+        if (directory / index).is_file():
+            try:
+                shards = sorted(set(json.loads((directory / index).read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError):
+                break
+            digests = [_file_sha256(directory / shard) for shard in shards]
+            if None in digests:
+                break
+            return {"weights": shards, "sha256": hashlib.sha256("\n".join(digests).encode()).hexdigest()}
+    for name in SINGLE_WEIGHTS:
+        digest = _file_sha256(directory / name)
+        if digest is not None:
+            return {"weights": name, "sha256": digest}
+    return {"weights": None, "sha256": None}
+
+
+def _file_sha256(path: Path) -> str | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _cached_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_sha256(path: str, _size: int, _mtime_ns: int) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None

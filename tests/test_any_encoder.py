@@ -37,10 +37,9 @@ ARCHS = {
                    "sep_token_id": 3, "bos_token_id": 2, "eos_token_id": 3},
 }
 ATTENTION = {"mpnet": "eager", "deberta-v2": "eager", "modernbert": "sdpa"}  # what each class supports
-FIRST_LAYER = {"mpnet": "*layer.0.attention.attn.q.weight", "deberta-v2": "*layer.0.attention.self.value_proj.weight",
-               "modernbert": "*layers.0.attn.Wqkv.weight"}  # analysis.parameters: one matrix of the first layer
-# (not DeBERTa's query_proj: with share_att_key it also projects the position embeddings shared by all rows,
-# so its per-row gradient cannot be split by hooks; femlm.analysis.gradients refuses it)
+# analysis.parameters=null picks layer 0's attention and feed-forward matrices by structure (BY_STRUCTURE below; not
+# DeBERTa's query_proj: with share_att_key it also projects the position embeddings shared by all rows, so its
+# per-row gradient cannot be split by hooks; femlm.analysis.gradients refuses it)
 DOWNLOAD = DownloadConfig(offline=True)
 
 
@@ -116,6 +115,57 @@ def test_heads_of_other_shapes_are_found_by_structure(model_type: str) -> None:
     assert (loss_sum / count).item() == pytest.approx(model(input_ids=ids, labels=labels).loss.item(), abs=1e-5)
 
 
+STUDY_PATTERNS = ["*layer.0.attention.attn.q.weight", "*layer.0.intermediate.dense.weight"]  # study_base.yaml (MPNet)
+OLD_BERT_DEFAULT = ["*layer.0.attention.self.query.weight", "*layer.0.intermediate.dense.weight"]
+BY_STRUCTURE = {  # (attention, feed-forward) matrix of layer 0 that analysis.parameters=null must find
+    "bert": ("bert.encoder.layer.0.attention.self.query", "bert.encoder.layer.0.intermediate.dense"),
+    "roberta": ("roberta.encoder.layer.0.attention.self.query", "roberta.encoder.layer.0.intermediate.dense"),
+    "mpnet": ("mpnet.encoder.layer.0.attention.attn.q", "mpnet.encoder.layer.0.intermediate.dense"),
+    "deberta-v2": ("deberta.encoder.layer.0.attention.self.value_proj", "deberta.encoder.layer.0.intermediate.dense"),
+    "modernbert": ("model.layers.0.attn.Wqkv", "model.layers.0.mlp.Wi"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(BY_STRUCTURE))
+def test_analysis_parameters_default_is_found_by_structure(model_type: str) -> None:
+    """analysis.parameters=null: one attention and one feed-forward matrix of layer 0, for any encoder; the same as
+    the study's MPNet patterns on MPNet and the old BERT default on BERT; per-row gradients computable by hooks."""
+    from femlm.analysis.config import AnalysisConfig
+    from femlm.analysis.gradients import MaskedLMGradients, select_parameters
+    from femlm.analysis.parameters import default_parameters
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, vocab_size=40, **SHAPE, **ARCHS.get(model_type, {"pad_token_id": 0}))
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation=ATTENTION.get(model_type, "eager"))
+    names = default_parameters(model)
+    assert names == [f"{module}.weight" for module in BY_STRUCTURE[model_type]]
+    attention, ffn = (model.get_submodule(n.rsplit(".", 1)[0]) for n in names)
+    assert attention.in_features == ffn.in_features == SHAPE["hidden_size"]
+    assert ffn.out_features >= SHAPE["intermediate_size"]  # the up projection (ModernBERT's GLU: 2x)
+    if model_type == "mpnet":
+        assert names == select_parameters(model, STUDY_PATTERNS)
+    if model_type == "bert":
+        assert names == select_parameters(model, OLD_BERT_DEFAULT)
+    assert AnalysisConfig().parameters is None
+    ids = torch.randint(5, 40, (3, 10), generator=torch.Generator().manual_seed(1))
+    masks = torch.zeros(3, 10, dtype=torch.bool)
+    masks[:, 2:5] = True
+    grads = MaskedLMGradients(model, ids, None, 4, None, "auto", chunk=2)
+    assert grads.method == "hooks" and grads.names == names
+    assert grads.describe() == {"patterns": None, "chosen_by": "structure", "names": names, "numel": grads.numel}
+    out = grads(torch.arange(3), masks)
+    assert out.shape == (3, attention.weight.numel() + ffn.weight.numel()) and bool(out.abs().sum(dim=1).gt(0).all())
+    explicit = MaskedLMGradients(model, ids, None, 4, [f"*{n}" for n in names], "hooks", chunk=3)
+    assert explicit.describe()["chosen_by"] == "patterns" and explicit.names == names
+    torch.testing.assert_close(explicit(torch.arange(3), masks), out)
+    # Row 0 against one plain backward through the model's own dense logits.
+    inputs = ids[:1].masked_fill(masks[:1], 4)
+    loss = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits[0][masks[0]], ids[0][masks[0]])
+    params = dict(model.named_parameters())
+    plain = torch.cat([g.flatten() for g in torch.autograd.grad(loss, [params[n] for n in names])])
+    torch.testing.assert_close(out[0], plain, rtol=1e-4, atol=1e-6)
+
+
 def command(name: str, root: Path, *overrides: str) -> dict:
     """`femlm <name> <overrides>` in this process (the CLI's composition and run function, no start-up cost)."""
     from femlm.commands import COMMANDS
@@ -151,9 +201,10 @@ def test_cli_fe_mlm_steps_then_plain_transformers_analyze_finetune_evaluate(
 
     analysis = command("analyze", tmp_path, "preset=tiny", f"model.name_or_path={final}", "model.tokenizer=null",
                        *data, "analysis.sequences=2", "analysis.tau=4", "analysis.budget=4", "analysis.reference=3",
-                       "analysis.num_masks=[2,4]", "analysis.bootstrap=20", "analysis.hamming_bins=2",
-                       f"analysis.parameters=[{FIRST_LAYER[model_type]}]")
+                       "analysis.num_masks=[2,4]", "analysis.bootstrap=20", "analysis.hamming_bins=2")
     assert analysis["model"]["encoder"]["model_type"] == model_type
+    assert analysis["parameters"]["chosen_by"] == "structure" and analysis["parameters"]["patterns"] is None
+    assert analysis["parameters"]["names"] == [f"{m}.weight" for m in BY_STRUCTURE[model_type]]
 
     task = ["preset=tiny", "task.name=toy", "task.labels=[pos,neg]", "task.eval_split=test",
             f"task.dataset={local_inputs['task']}", "finetune.max_length=32", "runtime.threads=1",

@@ -379,3 +379,4 @@ def test_finetune_and_evaluate_locate_each_checkpoint_once(checkpoint: Path, toy
         scored = run_evaluate(both, new_run(tmp_path / "ev2", "evaluate"))
     assert len(scored["checkpoints"]) == 2
     assert calls.count("locate") == 1 + 2 and len(calls) <= 1 + 2 * 2, calls
+

@@ -26,9 +26,9 @@ class AnalysisConfig:
     reference: int = 64  # i.i.d. uniform masks per sequence that estimate the mean gradient g-bar
     hamming_bins: int = 8  # strata of equal width over H in [0, H_max]; pairs are spread evenly over them
     num_masks: list[int] = field(default_factory=lambda: [2, 4, 6, 8])  # the K values of the variance study
-    # Parameter-name patterns (fnmatch) whose gradients are studied.
-    parameters: list[str] = field(default_factory=lambda: ["*layer.0.attention.self.query.weight",
-                                                           "*layer.0.intermediate.dense.weight"])
+    # Parameter-name patterns (fnmatch) whose gradients are studied; None: the first layer's attention query and
+    # feed-forward up projection, found by structure for any encoder (femlm/analysis/parameters.py).
+    parameters: list[str] | None = None
     bootstrap: int = 1000
     # Per-example gradients: hooks (one batched forward/backward, nn.Linear weights/biases only), vmap
     # (torch.func, any parameter), auto (hooks when every selected parameter allows it, else vmap).
@@ -65,8 +65,9 @@ class AnalysisConfig:
             raise UserError(f"analysis.budget={self.budget}: the variance study needs at least 2 draws")
         if not self.num_masks or min(self.num_masks) < 2:
             raise UserError(f"analysis.num_masks={self.num_masks}: give numbers of masks K >= 2")
-        if not self.parameters:
-            raise UserError("analysis.parameters=[]: give at least one parameter-name pattern")
+        if self.parameters is not None and not self.parameters:
+            raise UserError("analysis.parameters=[]: give at least one parameter-name pattern, or null (the first "
+                            "layer's attention and feed-forward matrices, found by structure)")
         if self.bootstrap < 0:
             raise UserError(f"analysis.bootstrap={self.bootstrap}: 0 (no intervals) or more resamples")
         require_choice("analysis", "method", self.method, METHODS)

@@ -116,7 +116,7 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
                      "check_batches": acfg.check_batches, "bootstrap": acfg.bootstrap, "sketch_dim": acfg.sketch_dim,
                      "chunk": chunk, "device": str(device), "method": grads.method,
                      "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
-        "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
+        "parameters": grads.describe(),
         "sequences": {"n_valid": n_valid.tolist(), **(extra or {})},
         "terms": res.terms, "verdicts": res.verdicts, "stats": res.stats, "gates": gates,
         "units": {"file": "units.npz", "decomposition": res.stats["intervals"],

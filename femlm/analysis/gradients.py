@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from femlm.analysis.parameters import default_parameters
 from femlm.errors import UserError
 from femlm.models.heads import find_mlm_head
 
@@ -56,14 +57,17 @@ class MaskedLMGradients:
     the total size of the selected parameters, concatenated in ``names`` order. ``passes`` counts the
     forward(+backward) passes, one per row. The constructor puts the model in eval mode, moves it to
     ``device`` and leaves ``requires_grad`` on the selected parameters only (the analysis owns the model).
+    ``patterns=None`` selects the first layer's attention and feed-forward matrices by structure.
     """
 
     def __init__(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 mask_token_id: int, patterns: Sequence[str], method: str = "auto", chunk: int = 16,
+                 mask_token_id: int, patterns: Sequence[str] | None, method: str = "auto", chunk: int = 16,
                  device: str | torch.device = "cpu") -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        self.names = select_parameters(model, patterns)
+        self.patterns = None if patterns is None else list(patterns)
+        # None: the first layer's attention and feed-forward matrices, found by structure (femlm.analysis.parameters)
+        self.names = default_parameters(model) if patterns is None else select_parameters(model, patterns)
         params = dict(model.named_parameters())
         self.shapes = [tuple(params[n].shape) for n in self.names]
         self.numel = sum(params[n].numel() for n in self.names)
@@ -82,6 +86,11 @@ class MaskedLMGradients:
         self.head = find_mlm_head(model)  # by structure (femlm.models.heads); None: logits at every position
         for name, param in model.named_parameters():
             param.requires_grad_(name in self.names)
+
+    def describe(self) -> dict[str, Any]:
+        """What analysis.json records about the parameters studied."""
+        return {"patterns": self.patterns, "chosen_by": "structure" if self.patterns is None else "patterns",
+                "names": list(self.names), "numel": self.numel}
 
     # ------------------------------------------------------------------ common pieces
     def _rows(self, seq_idx: torch.Tensor, masks: torch.Tensor) -> tuple[torch.Tensor, ...]:

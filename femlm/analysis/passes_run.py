@@ -104,7 +104,7 @@ def analyze_passes(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, i
                      "bootstrap": acfg.bootstrap, "sketch_dim": acfg.sketch_dim, "chunk": chunk, "device": str(device),
                      "method": grads.method,
                      "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
-        "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
+        "parameters": grads.describe(),
         "sequences": {"n_valid": n_valid.tolist(), **(extra or {})},
         "rows": res.rows, "stats": res.stats, "not_measured": DRIFT_NOTE,
         "cost": {"planned_passes": planned, "passes": grads.passes, "formula": formula},

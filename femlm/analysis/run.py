@@ -165,7 +165,7 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
                      "hamming_bins": acfg.hamming_bins, "num_masks": list(acfg.num_masks), "bootstrap": acfg.bootstrap,
                      "chunk": chunk, "device": str(device), "method": grads.method,
                      "loss": "mean masked-token cross-entropy, every masked position -> mask token, eval mode"},
-        "parameters": {"patterns": list(acfg.parameters), "names": grads.names, "numel": grads.numel},
+        "parameters": grads.describe(),
         "sequences": {"n_valid": n_valid, **(extra or {})},
         "cost": {"planned_passes": cost},
     }

@@ -23,7 +23,7 @@ from femlm.errors import UserError
 from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
 from femlm.eval.metrics import compute_metrics
 from femlm.models.optim import param_groups
-from femlm.runtime.device import pick_precision
+from femlm.runtime.device import pick_precision, precision_name
 
 LogFn = Callable[..., None]
 
@@ -42,7 +42,7 @@ class Recipe:
     eps: float = 1e-6
     grad_clip: float = 1.0
     group_by_length: bool = False  # training batches of similar lengths (finetune.group_by_length)
-    precision: str = "fp32"  # autocast dtype actually used: fp32 or bf16 (runtime.precision, resolved)
+    precision: str = "fp32"  # autocast dtype actually used: fp32, bf16 or fp16 (runtime.precision, resolved)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -89,16 +89,16 @@ class SeedResult:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """``runtime.precision`` as the autocast used on ``device``: "bf16" or "fp32" (see pick_precision)."""
-    dtype = pick_precision(precision, device)
-    if dtype == torch.float16:  # fine-tuning has no loss scaler; bf16 needs none
-        raise UserError("runtime.precision=fp16 is not supported for fine-tuning; use auto, bf16 or fp32")
-    return "bf16" if dtype == torch.bfloat16 else "fp32"
+    """``runtime.precision`` as the autocast used on ``device``: "bf16", "fp16" or "fp32" (see pick_precision)."""
+    return precision_name(pick_precision(precision, device))
+
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def autocast(device: torch.device, precision: str) -> Any:
-    """bf16 autocast (GPUs that have it, CPUs where it measured faster; see pick_precision) or plain fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    """bf16 or fp16 autocast (as pre-training: GPUs, and CPUs where asked or measured faster) or plain fp32."""
+    return torch.autocast(device.type, dtype=AUTOCAST.get(precision, torch.float32), enabled=precision in AUTOCAST)
 
 
 @torch.no_grad()
@@ -128,7 +128,9 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
                metric: str, main_metric: str, seed: int, device: torch.device, collator: DataCollatorWithPadding,
                log: LogFn, progress: bool = True) -> SeedResult:
     """Train ``model`` in place. With patience, stop after ``patience`` epochs without a better dev main
-    metric and load the best epoch's weights back (an in-memory state_dict copy); without, keep the last."""
+    metric and load the best epoch's weights back (an in-memory state_dict copy); without, keep the last.
+    fp16 scales the loss as pre-training does (torch's GradScaler: a step whose gradients overflow is skipped and
+    the scale backs off)."""
     if recipe.patience is not None and dev is None:
         raise UserError("early stopping (task.patience) needs a dev split; this task has none: set "
                         "task.patience=null")
@@ -140,6 +142,7 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
                                   eps=recipe.eps)
     scheduler = get_scheduler("linear", optimizer, num_warmup_steps=round(recipe.warmup_ratio * total_steps),
                               num_training_steps=total_steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
     generator = torch.Generator().manual_seed(seed)
     result = SeedResult(seed=seed, best_epoch=0, epochs_run=0)
     best_score, best_state, bad_epochs, step = -math.inf, None, 0, 0
@@ -153,9 +156,11 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
         for _, batch in bar:
             with autocast(device, recipe.precision):
                 loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())

@@ -2,7 +2,8 @@
 
 - ``evaluate.checkpoints=<fine-tuned model dir, or a directory of them>`` (e.g. a finetune run with
   ``finetune.save_model=true``: its ``seed_<s>/model``): score each on ``evaluate.split`` without training;
-  ``results.json`` holds every checkpoint's scores and their mean ± std.
+  ``results.json`` holds every checkpoint's scores and their mean ± std, each checkpoint's ``encoder`` (architecture,
+  directory, weights file and sha256: ``ResolvedModel.describe``) and the ``precision`` scored under.
 - ``evaluate.sweep=true evaluate.checkpoints=<pre-training run dir>``: fine-tune and score every
   ``checkpoints/step_<N>`` (and ``final``) with ``finetune.seeds``; ``sweep/<name>/results.json`` per
   checkpoint and ``efficiency.json`` (main metric vs pre-training step) for the efficiency figure.
@@ -24,8 +25,9 @@ from femlm.eval import finetune
 from femlm.eval.inputs import encode, label_spec, split_labels
 from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.results import aggregate, efficiency_point, format_score, write_predictions
-from femlm.models.checkpoints import Checkpoint, locate, position_limit
+from femlm.models.checkpoints import Checkpoint, locate
 from femlm.models.load import load_finetuned, tokenizer_for
+from femlm.models.resolve import resolve_finetuned
 from femlm.outputs import finite
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
@@ -86,9 +88,10 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
     rows = []
     for checkpoint, located in checkpoints:
         info = located.femlm or {}
-        tokenizer, _ = tokenizer_for(cfg.model, cfg.download, located)
+        tokenizer, tokenizer_source = tokenizer_for(cfg.model, cfg.download, located)
         model = load_finetuned(checkpoint, spec, task.name).to(device)
-        limit = position_limit(model.config, tokenizer)
+        resolved = resolve_finetuned(located, model.config, tokenizer, tokenizer_source, cfg.model)
+        limit = resolved.position_limit
         # Score with the input length the model was fine-tuned with unless finetune.max_length says otherwise.
         max_length = min(cfg.finetune.max_length or info.get("max_length") or task.max_length, limit)
         encoded = encode(data[split], tokenizer, spec, max_length, len(task.text_fields) == 2, task.name, split)
@@ -102,11 +105,11 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
             write_predictions(Path(run.dir) / name / "predictions.jsonl", gold, preds,
                               None if spec.regression else spec.id2label)
         rows.append({"checkpoint": str(checkpoint), "name": name, "seed": info.get("seed"), "scores": scores,
-                     "finetune": info or None})
+                     "encoder": resolved.describe(), "finetune": info or None})
         run.log(event="scored", checkpoint=str(checkpoint), **{f"{split}_{k}": v for k, v in scores.items()})
     results = {
         "kind": "evaluate", "task": task.name, "metric": task.metric, "main_metric": task.main_metric,
-        "eval_split": split, "checkpoints": rows, "aggregate": {split: aggregate(r["scores"] for r in rows)},
+        "eval_split": split, "precision": precision, "checkpoints": rows, "aggregate": {split: aggregate(r["scores"] for r in rows)},
         "majority_baseline": baseline, "notes": notes, "hardware": hardware(), "git_commit": git_commit(),
     }
     results = finite(results)

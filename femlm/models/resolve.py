@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from femlm import provenance
 from femlm.errors import UserError
 from femlm.models.checkpoints import Checkpoint, locate, position_limit
 from femlm.models.load import check_mask_token, load_config, scratch_config, tokenizer_for
@@ -48,8 +49,13 @@ class ResolvedModel:
         return str(self.config.model_type)
 
     def describe(self) -> dict[str, Any]:
-        """What summary.json, results.json, analysis.json and plan.json record about the model."""
-        return {"origin": self.origin, "source": self.source, "model_type": self.model_type,
+        """What summary.json, results.json, analysis.json and plan.json record about the model: the encoder's
+        architecture (model_type) and class, the checkpoint it ran (directory or Hub id; None from scratch), and
+        for a local checkpoint its weights file and that file's sha256 (femlm.provenance.weights_sha256)."""
+        local = self.checkpoint is not None and self.checkpoint.info is not None
+        weights = provenance.weights_sha256(self.checkpoint.info.path) if local else {"weights": None, "sha256": None}
+        return {"architecture": self.model_type, "checkpoint": self.source, **weights,
+                "origin": self.origin, "source": self.source, "model_type": self.model_type,
                 "class": self.model_class.__name__, "attn_implementation": self.attn_implementation,
                 "position_limit": self.position_limit, "tokenizer": self.tokenizer_source,
                 "tokenizer_size": len(self.tokenizer), "vocab_size": self.config.vocab_size, "head": self.head,
@@ -125,3 +131,10 @@ def resolve_classifier(name: str | None, model_cfg: Any, download: Any) -> Resol
     tokenizer, tokenizer_source = tokenizer_for(model_cfg, download, checkpoint)
     return _resolve(checkpoint.origin, checkpoint.source, config, "classifier", tokenizer, tokenizer_source,
                     model_cfg, "classifier", checkpoint, f"model.name_or_path={name}")
+
+
+def resolve_finetuned(checkpoint: Checkpoint, config: Any, tokenizer: Any, tokenizer_source: str,
+                      model_cfg: Any) -> ResolvedModel:
+    """A saved fine-tuned classifier that `femlm evaluate` scores, from its located checkpoint and loaded config."""
+    return _resolve(checkpoint.origin, checkpoint.source, config, "classifier", tokenizer, tokenizer_source,
+                    model_cfg, "classifier", checkpoint, f"evaluate.checkpoints={checkpoint.name}")

@@ -78,7 +78,7 @@ def studied(j: dict[str, Any], model_parameters: int | None = None) -> str:
     numel = p.get("numel")
     share = (f", {100 * numel / model_parameters:.2g}% of the model's {model_parameters / 1e6:.1f}M parameters"
              if numel and model_parameters else "")
-    return f"the gradient of {', '.join(p.get('patterns') or ['?'])} ({fmt(numel)} values{share})"
+    return f"the gradient of {', '.join(p.get('patterns') or p.get('names') or ['?'])} ({fmt(numel)} values{share})"
 
 
 def prediction_label(j: dict[str, Any], model_parameters: int | None = None) -> str:

@@ -26,7 +26,6 @@ S = sequences, G = null_groups, m = null_group_size); it is logged (stage=plan) 
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .null_model import null_model_cost, null_model_study
 from .studies import make_reference, resolve_variance_tau
-from .tables import write_csv
+from .tables import publish, write_csv
 from .units import write_units
 
 
@@ -140,11 +139,7 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
     files.append(md)
     summary["files"] = sorted(p.name for p in files) + ["decomposition.json"]
     files.append(run.write_json("decomposition.json", summary))
-    if acfg.results_dir:
-        dest = (Path(acfg.results_dir).expanduser()
-                / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}")
-        dest.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copy2(path, dest / path.name)
-        summary["results_dir"] = str(dest)
+    dest = publish(files, acfg.results_dir, cfg.domain.name, model_info)
+    if dest:
+        summary["results_dir"] = dest
     return summary

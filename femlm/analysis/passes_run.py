@@ -10,7 +10,6 @@ two variances per K), ``passes.md`` and ``passes.json`` (settings, cost, wall ti
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .passes import DRIFT_NOTE, passes_cost, passes_study
 from .studies import resolve_variance_tau
-from .tables import write_csv
+from .tables import publish, write_csv
 
 
 def _ci(value: float, ci: list[float]) -> str:
@@ -120,10 +119,7 @@ def analyze_passes(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, i
     files.append(md)
     summary["files"] = sorted(p.name for p in files) + ["passes.json"]
     files.append(run.write_json("passes.json", summary))
-    if acfg.results_dir:
-        dest = Path(acfg.results_dir).expanduser() / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}"
-        dest.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copy2(path, dest / path.name)
-        summary["results_dir"] = str(dest)
+    dest = publish(files, acfg.results_dir, cfg.domain.name, model_info)
+    if dest:
+        summary["results_dir"] = dest
     return summary

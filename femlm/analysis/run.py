@@ -21,7 +21,6 @@ variance ``S (J + 2 budget max(K))`` (J reference masks are shared when both stu
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from .studies import (
     variance_cost,
     variance_study,
 )
-from .tables import write_csv
+from .tables import publish, write_csv
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -210,12 +209,9 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
     summary["hardware"] = hardware()
     summary["files"] = sorted(p.name for p in files) + ["analysis.json"]
     files.append(run.write_json("analysis.json", summary))
-    if acfg.results_dir:
-        dest = Path(acfg.results_dir).expanduser() / f"analysis_{cfg.domain.name}_{model_info['name']}_{model_info['slug']}"
-        dest.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copy2(path, dest / path.name)
-        summary["results_dir"] = str(dest)
+    dest = publish(files, acfg.results_dir, cfg.domain.name, model_info)
+    if dest:
+        summary["results_dir"] = dest
     return summary
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,3 +23,14 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
         writer.writeheader()
         writer.writerows(flat)
     return path
+
+
+def publish(files: list[Path], results_dir: str | None, domain: str, model_info: dict[str, Any]) -> str | None:
+    """Copy a run's output files to ``<results_dir>/analysis_<domain>_<model>_<panel>/``; its path, or None."""
+    if not results_dir:
+        return None
+    dest = Path(results_dir).expanduser() / f"analysis_{domain}_{model_info['name']}_{model_info['slug']}"
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copy2(path, dest / path.name)
+    return str(dest)

@@ -10,6 +10,7 @@ many times (hydra.launcher.max_num_timeout)"); that line is what the sweep print
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +47,14 @@ def report_failed_jobs_in_one_line() -> None:
         try:
             return launch(self, job_overrides, initial_job_idx)
         except UncompletedJobError as err:
-            sys.stderr.write(f"femlm: error: {one_line(str(err))}\n")
+            cause = err.__cause__
+            if isinstance(cause, subprocess.CalledProcessError):  # the submission itself failed (sbatch)
+                said = (cause.stderr or "").strip().splitlines()
+                line = (f"submitting the sweep failed: `{' '.join(map(str, cause.cmd[:1]))}` exited with status "
+                        f"{cause.returncode}{': ' + said[-1] if said else ''}")
+            else:
+                line = one_line(str(err))
+            sys.stderr.write(f"femlm: error: {line}\n")
             raise SystemExit(1) from None
 
     one_line_launch.femlm_one_line = True  # type: ignore[attr-defined]

@@ -61,7 +61,10 @@ def test_every_masking_arm_composes_with_the_papers_values() -> None:
     for name in options("masking"):
         cfg = composed("pretrain-scratch", f"masking={name}").masking
         assert cfg.name == name and cfg.ratio == 0.15 and cfg.span_p == 0.2
-        assert cfg.num_masks == (4 if name.startswith(("fe_", "iid_")) else 1)
+        if cfg.strategy == "fully_explored_passes":  # K visits per cycle: floor(1 / ratio) unless given
+            assert cfg.num_masks == 6  # floor(1 / 0.15)
+        else:
+            assert cfg.num_masks == (4 if name.startswith(("fe_", "iid_")) else 1)
     with pytest.raises(MaskingConfigError, match="splitz"):
         MaskingConfig.from_dict({"splitz": 4})
 

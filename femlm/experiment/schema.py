@@ -130,6 +130,9 @@ class Arms:
     modes: list[str] = field(default_factory=list)
     num_masks: int = 4
     overrides: list[str] = field(default_factory=list)
+    # The arm compared with the control, paired by seed (femlm/study/compare.py), and the control.
+    fe_arm: str = "fe_subword"
+    control: str = "iid_subword"
 
 
 @dataclass

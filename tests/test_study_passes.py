@@ -17,3 +17,7 @@ def test_the_passes_study_plan_builds_within_its_budget() -> None:
     assert arms == ["mlm_subword", "fe_passes_subword", "fe_subword"] and len(plan["pretrain"]["seeds"]) >= 5
     assert all((Path(CONF_DIR) / "masking" / f"{arm}.yaml").is_file() for arm in arms)
     assert sum(s.part == "pretrain" for s in steps) == 3 * 5 and not any(s.part == "decomposition" for s in steps)
+    passes = [s for s in steps if s.part == "passes"]  # item 2 on the warm-up checkpoint, ratios 0.15 and 0.30
+    assert [s.command[:2] for s in passes] == [["analyze", "passes"]] * 2
+    assert [s.meta["variant"] for s in passes] == ["r15", "r30"]
+    assert all("analysis.pool=32" in s.command for s in passes)  # at least 12 units: intervals are drawn

@@ -81,6 +81,24 @@ def null_model_gates(summary: dict[str, Any], sequences: Any) -> list[str]:
     return reasons
 
 
+def passes_gates(row: dict[str, Any], sequences: Any) -> tuple[list[str], list[str]]:
+    """(reasons against the measured ratio, reasons against the predicted one) of one K of `femlm analyze passes`
+    (``row`` as in passes.json's ``rows``)."""
+    reasons = too_few(sequences, "sequences")
+    ind, dis = _num(row.get("var_independent")), _num(row.get("var_disjoint"))
+    if not ind > 0 or not dis >= 0:
+        reasons.append(f"Var(independent) = {ind:.3g}, Var(disjoint) = {dis:.3g}: a variance must be > 0")
+    mom = _num(row.get("measured_ratio_median_of_means"))
+    if math.isfinite(mom) and _factor(_num(row.get("measured_ratio")), mom) > AGREE_FACTOR:
+        reasons.append(f"the measured ratio {_num(row.get('measured_ratio')):.3g} and its median-of-means "
+                       f"estimate {mom:.3g} differ beyond a factor {AGREE_FACTOR:g}: heavy tails")
+    predicted = too_few(sequences, "sequences")
+    m2 = _num(row.get("sigma_m2"))
+    if not m2 > 0:
+        predicted.append(f"sigma_m2 = {m2:.3g} <= 0 (a variance)")
+    return reasons, predicted
+
+
 def not_measured(reasons: list[str]) -> str:
     """The verdict cell of a gated estimate."""
     return "not measured: " + "; ".join(reasons)

@@ -24,8 +24,11 @@ measured ratio is the mask-sampling effect alone. Also left out: the data term, 
 summed gradient under random reshuffling (each sequence read once per pass), and the 80/10/10 replacement
 (the gradients replace every masked token by the mask token, as every `femlm analyze` study).
 
-Intervals: percentile bootstrap over the sequences (the unit: each carries its own cycles), the measured and
-the predicted ratio resampled jointly (the same sequences), so measured / predicted gets an interval too.
+Intervals: expanded percentile bootstrap over the sequences (the unit: each carries its own cycles;
+`femlm.analysis.intervals`), the measured and the predicted ratio resampled jointly (the same sequences), so
+measured / predicted gets an interval too. Below ``intervals.MIN_UNITS`` sequences no interval is given, and the
+gates (`femlm.analysis.gates.passes_gates`: too few units, a variance out of range, mean vs median of means)
+say why a ratio is "not measured". The median-of-means ratio is printed beside the mean's.
 
 Cost in gradient rows (one forward + backward of one masked sequence each), S = ``analysis.pool``,
 D = ``analysis.draws``, J = ``analysis.reference``: measured ``2 S D Kmax``, predicted ``S (J + 2 D Kmax)``.
@@ -42,7 +45,9 @@ import torch
 from femlm.masking import make_generator
 
 from .decomposition import pool_terms, term_estimates
-from .estimators import GradFn, Progress, percentile_ci
+from .estimators import GradFn, Progress
+from .gates import passes_gates
+from .intervals import MIN_UNITS, interval_note, median_of_means, unit_ci
 from .masks import sample_kmasks
 
 STREAM_IID, STREAM_FE, STREAM_BOOT = 41, 42, 43
@@ -111,8 +116,8 @@ def passes_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau
     point = {k: v[0] for k, v in term_estimates(terms, ones, resampled=False).items()}
     boot = term_estimates(terms, counts) if counts is not None else None
 
-    def ci(values: np.ndarray | None) -> list[float]:
-        return [float("nan")] * 2 if values is None else percentile_ci(values)
+    def ci(values: np.ndarray | None) -> list[float]:  # no interval below MIN_UNITS sequences (intervals.py)
+        return [float("nan")] * 2 if values is None or pool < MIN_UNITS else unit_ci(values, pool)
 
     rows = []
     for j, k in enumerate(ks):
@@ -135,7 +140,10 @@ def passes_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau
             "c_fe_measured": float((dis.mean() - ind.mean()) / (k * (k - 1))),
             "sigma_m2": float(point["sigma_m2"]), "sigma_m2_ci": ci(None if boot is None else boot["sigma_m2"]),
             "c_fe": float(point["c_fe"]), "c_fe_ci": ci(None if boot is None else boot["c_fe"]),
+            "measured_ratio_median_of_means": float(median_of_means(dis) / median_of_means(ind)),
         })
+        rows[-1]["gates"], rows[-1]["prediction_gates"] = passes_gates(rows[-1], pool)
     stats = {"pool": pool, "tau": tau, "num_masks": ks, "draws": draws, "reference": reference, "bootstrap": n_boot,
-             "sketch_dim": sketch_dim, "unit": "sequences", "note": DRIFT_NOTE}
+             "sketch_dim": sketch_dim, "unit": "sequences", "note": DRIFT_NOTE,
+             "interval": interval_note("sequences", pool, n_boot)}
     return PassesResult(rows=rows, per_sequence=per_seq, stats=stats)

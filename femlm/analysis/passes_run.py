@@ -29,26 +29,36 @@ from .tables import publish, write_csv
 def _ci(value: float, ci: list[float]) -> str:
     def f(x: float) -> str:
         return "n/a" if x is None or not math.isfinite(x) else f"{x:.4g}"
-    if not all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
+    if len(ci) != 2 or not all(isinstance(c, (int, float)) and math.isfinite(c) for c in ci):
         return f(value)
     return f"{f(value)} [{f(ci[0])}, {f(ci[1])}]"
 
 
 def passes_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], title: str) -> str:
     s = summary["settings"]
+    unit = summary["stats"].get("interval") or {}
     lines = [f"# Disjoint masks across passes: {title}", "",
              f"{s['pool']} validation blocks of {s['block_size']} tokens (the unit of every interval), tau = {s['tau']} "
              f"masked tokens per visit, {s['draws']} cycles of K visits per sequence and arm; prediction from the "
-             f"decomposition's terms ({s['reference']} reference masks, {s['draws']} draws); 95% percentile bootstrap "
-             f"over sequences ({s['bootstrap']} resamples).", "",
+             f"decomposition's terms ({s['reference']} reference masks, {s['draws']} draws); "
+             + (f"95% expanded percentile bootstrap over {unit.get('count', s['pool'])} sequences ({s['bootstrap']} "
+                "resamples)." if unit.get("enough", True) else
+                f"no intervals: {unit.get('count')} sequences, fewer than the {unit.get('min_units')} an interval "
+                "needs (femlm/analysis/intervals.py)."), "",
              "| K | Var, independent visits [95% CI] | Var, disjoint visits [95% CI] | measured ratio [95% CI] | "
-             "predicted 1 + (K-1) c_FE / sigma_m2 [95% CI] | measured / predicted [95% CI] |",
-             "|---:|---|---|---|---|---|"]
+             "median-of-means ratio | predicted 1 + (K-1) c_FE / sigma_m2 [95% CI] | measured / predicted [95% CI] |",
+             "|---:|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['K']} | {_ci(r['var_independent'], r['var_independent_ci'])} | "
                      f"{_ci(r['var_disjoint'], r['var_disjoint_ci'])} | {_ci(r['measured_ratio'], r['measured_ratio_ci'])} | "
+                     f"{_ci(r.get('measured_ratio_median_of_means'), [])} | "
                      f"{_ci(r['predicted_ratio'], r['predicted_ratio_ci'])} | "
                      f"{_ci(r['measured_over_predicted'], r['measured_over_predicted_ci'])} |")
+    gated = [f"- K = {r['K']}: measured ratio not measured: {'; '.join(r['gates'])}" for r in rows if r.get("gates")]
+    gated += [f"- K = {r['K']}: predicted ratio not measured: {'; '.join(r['prediction_gates'])}"
+              for r in rows if r.get("prediction_gates")]
+    if gated:
+        lines += ["", "Gates (femlm/analysis/gates.py): no verdict is drawn from these numbers:", *gated]
     r0 = rows[0]
     lines += ["", f"Terms of the prediction: sigma_m2 = {_ci(r0['sigma_m2'], r0['sigma_m2_ci'])}, c_FE = "
               f"{_ci(r0['c_fe'], r0['c_fe_ci'])}; read off the direct measurement instead: sigma_m2 = "
@@ -113,7 +123,9 @@ def analyze_passes(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, i
     seq_rows = [{"sequence": s, "K": k, "var_independent": float(res.per_sequence["independent"][s, j]),
                  "var_disjoint": float(res.per_sequence["disjoint"][s, j])}
                 for s in range(pool) for j, k in enumerate(num_masks)]
-    files = [write_csv(out / "passes.csv", res.rows), write_csv(out / "passes_sequences.csv", seq_rows)]
+    csv_rows = [{**r, "gates": "; ".join(r["gates"]), "prediction_gates": "; ".join(r["prediction_gates"])}
+                for r in res.rows]
+    files = [write_csv(out / "passes.csv", csv_rows), write_csv(out / "passes_sequences.csv", seq_rows)]
     md = out / "passes.md"
     md.write_text(passes_markdown(summary, res.rows, title))
     files.append(md)

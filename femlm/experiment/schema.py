@@ -208,6 +208,7 @@ class Experiment:
     warmup: Warmup | None = None
     pretrain: Arms | None = None
     decomposition: Decomposition | None = None
+    passes: Decomposition | None = None  # `femlm analyze passes` per variant (femlm.study.plan), same shape
     stats: Stats | None = None
     smoke: dict[str, Any] | None = None
     extras: dict[str, Any] | None = None

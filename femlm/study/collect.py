@@ -1,5 +1,6 @@
 """Read what the study's runs left behind, through report's collector (femlm.report.collect): pre-training summaries
-with their evaluation curves, fine-tuning results; and the decompositions, which only the study reads.
+with their evaluation curves, fine-tuning results; and the decomposition and passes analyses, which only the
+study reads.
 
 Runs still missing (a study cut short) are listed, and the statistics use the runs that finished."""
 
@@ -30,7 +31,8 @@ def pretrain_entry(run_dir: Path) -> dict[str, Any] | None:
 
 
 def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, Any]:
-    data: dict[str, Any] = {"missing": [], "optional_missing": [], "pretrain": [], "finetune": [], "decomposition": {}}
+    data: dict[str, Any] = {"missing": [], "optional_missing": [], "pretrain": [], "finetune": [], "decomposition": {},
+                            "passes": {}}
     for step in steps:
         if step.part in ("encoder", "results", "download"):
             continue
@@ -41,8 +43,8 @@ def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, An
             elif step.part == "finetune":
                 results = read(step.run_dir / "results.json").finetune
                 entry = {"results": results[0].raw, "dir": str(step.run_dir)} if results else None
-            elif step.part == "decomposition":
-                entry = {"json": read_json(step.run_dir / "decomposition.json"), "dir": str(step.run_dir)}
+            elif step.part in ("decomposition", "passes"):
+                entry = {"json": read_json(step.run_dir / step.output), "dir": str(step.run_dir)}
         if entry is None:
             data["optional_missing" if step.optional else "missing"].append(step.name)
         elif step.part in ("head_warmup", "warmup"):
@@ -50,7 +52,7 @@ def collect(plan: dict[str, Any], steps: list[Step], runs: Path) -> dict[str, An
         elif step.part in ("pretrain", "finetune"):
             data[step.part].append({**step.meta, **entry})
         else:
-            data["decomposition"][step.meta.get("key", step.meta["checkpoint"])] = {**entry, **step.meta}
+            data[step.part][step.meta.get("key", step.meta["checkpoint"])] = {**entry, **step.meta}
     data["encoder"] = read_json(runs / "encoder_check" / "encoder.json")
     return data
 

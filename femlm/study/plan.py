@@ -11,6 +11,8 @@ tell what is done by looking at files (`Step.done`). The order puts the cheap, d
                  (or from the head warm-up's final checkpoint)
 4. decomposition femlm analyze decomposition on the warmed-up encoder (parts 1 and 2), once
                  per entry of decomposition.variants (e.g. masking ratios, sequence length)  femlm analyze
+   (passes)      femlm analyze passes on the warmed-up encoder, once per entry of            femlm analyze
+                 passes.variants: disjoint vs independent masks across K visits (issue 28)
 5. pretrain      arms x modes x seeds from the warm-up checkpoint, seed-major order        femlm continual-pretrain
                  (seed 1 of every arm first, so a cut study still holds complete pairs)
 6. finetune      the no-continual baseline and each arm (one mode, one pre-training seed)
@@ -95,6 +97,13 @@ class Estimator:
                 + a["sequences"] * (a["reference"] + 2 * a["budget"] + a["null_groups"] * a["null_group_size"]))
         return self.get("startup") + rows * self.get(unit)
 
+    def passes(self, overrides: list[str], unit: str = "gradient_row") -> float:
+        """`femlm analyze passes`: S (J + 4 D Kmax) gradient rows (femlm.analysis.passes.passes_cost)."""
+        a = {k: override_value(overrides, f"analysis.{k}", d) for k, d in
+             (("pool", 32), ("reference", 64), ("draws", 8), ("num_masks", [2, 4, 6, 8]))}
+        rows = a["pool"] * (a["reference"] + 4 * a["draws"] * max(a["num_masks"]))
+        return self.get("startup") + rows * self.get(unit)
+
 
 def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = None) -> list[Step]:
     """Every step of the study, in the order the driver runs them."""
@@ -145,6 +154,7 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
     on = list(d.get("checkpoints", ["warmup"]))
     if "warmup" in on:
         steps += [decomposition("warmup", final(warm_dir), v) for v in variants]
+    steps += passes_steps(plan, runs, common, final(warm_dir), est)
 
     pre_over = list(p.get("overrides", []))
     for seed in p["seeds"]:
@@ -193,6 +203,25 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
         raise UserError("study plan: two steps share a name; check the arms, modes and seeds for duplicates")
+    return steps
+
+
+def passes_steps(plan: dict[str, Any], runs: Path, common: list[str], warm: Path, est: Estimator) -> list[Step]:
+    """`femlm analyze passes` on the warm-up checkpoint, one run per entry of ``passes.variants``."""
+    p = plan.get("passes") or {}
+    if "warmup" not in p.get("checkpoints", ["warmup"]):
+        return []
+    base = [*common, f"masking={p.get('masking', 'fe_subword')}", *p.get("overrides", [])]
+    steps = []
+    for v in p.get("variants") or [{}]:
+        name = v.get("name", "")
+        key = f"warmup_{name}" if name else "warmup"
+        over = [*base, *v.get("overrides", [])]
+        steps.append(Step(f"passes{' ' + name if name else ''} on the warmup checkpoint", "passes",
+                          runs / f"passes_{key}", ["analyze", "passes", *over, f"model.name_or_path={warm}"],
+                          output="passes.json", estimate_s=est.passes(over, v.get("unit", "gradient_row")),
+                          needs=[warm], meta={"checkpoint": "warmup", "key": key, "variant": name,
+                                              "label": v.get("label", "")}))
     return steps
 
 

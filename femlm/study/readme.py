@@ -10,6 +10,7 @@ from typing import Any
 from femlm.study import stats as st
 from femlm.study.collect import part_walls
 from femlm.study.evidence import null_sequences
+from femlm.study.passes import passes_conclusions, passes_section
 from femlm.study.plan import Step
 from femlm.study.ratios import ratio_conclusions, ratio_section, side_by_side
 from femlm.study.sections import (
@@ -20,7 +21,7 @@ from femlm.study.sections import (
     pretrain_section,
     scale_lines,
 )
-from femlm.study.text import minutes
+from femlm.study.text import label, minutes
 
 BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 INTRO = ("Three questions of issue 17, each answered with error bars: (1) does fully-explored masking reduce the "
@@ -83,19 +84,20 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
     lines += sizing_lines(plan, steps, walls)
     supports, not_supported, controls = conclusions(plan, data["decomposition"], pre, down)
     pays, not_pays = ratio_conclusions(dec_rows or []) if plan.get("decomposition", {}).get("variants") else ([], [])
-    supports, not_supported = supports + pays, not_supported + not_pays
+    across, not_across = passes_conclusions(data.get("passes") or {})
+    supports, not_supported = supports + pays + across, not_supported + not_pays + not_across
     lines += ["## What the evidence supports", ""] + ([f"- {s}" for s in supports] or
                                                       ["- Nothing in FE-MLM's favour: no such interval excludes 'no "
                                                        "difference'."])
     lines += ["", "## What it does not support", ""] + ([f"- {s}" for s in not_supported] or ["- (none)"])
     if controls:
-        lines += ["", "## The i.i.d. K-mask control (K copies without the non-overlap)", ""] + [f"- {s}" for s in controls]
+        lines += ["", f"## {control_title(plan)}", ""] + [f"- {s}" for s in controls]
     if not plan.get("pretrain"):
         lines += ["", "Each interval is a per-comparison 95% interval; with many of them (every run and K), one or "
                   "two 'differences' are expected by chance alone. "
                   + report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; context interactions "
                   "against the additive null model", "", *ratio_section(dec_rows or []), *decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))]
-        return _write(out, lines + _files(plan))
+        return _write(out, lines + across_section(plan, data) + _files(plan))
     n_comp = count_comparisons(pre, down)
     n_seeds = len({r["seed"] for r in data["pretrain"]}) or len(plan["pretrain"]["seeds"])
     tq = st.t_quantile(n_seeds - 1) if n_seeds > 1 else float("nan")
@@ -104,10 +106,12 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               f"{n_seeds} pre-training seeds the t quantile is {tq:.2f} ({n_seeds - 1} degrees of freedom): only "
               "differences of several seed standard deviations can be told apart. The scale is tiny next to the paper's (RoBERTa-base, 40k steps of batch 48 x 512 "
               "tokens on 72k papers): a null result here does not rule out an effect at scale, and a positive one "
-              "would still need to be reproduced there.", "",
-              "## 1-2. Variance of the training gradient; context interactions against the additive null model", ""]
-    dec_lines = decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))
-    lines += dec_lines or ["Not run (or not finished).", ""]
+              "would still need to be reproduced there.", ""]
+    if (plan.get("decomposition") or {}).get("checkpoints", ["warmup"]):
+        dec_lines = decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))
+        lines += ["## 1-2. Variance of the training gradient; context interactions against the additive null model",
+                  "", *(dec_lines or ["Not run (or not finished).", ""])]
+    lines += across_section(plan, data)
     lines += ["## 3. Training speed at equal compute", "",
               "Held-out MLM loss (fixed held-out blocks and masks) against cumulative training FLOPs "
               "(femlm/train/flops.py: dense encoder at every row token, head at masked tokens). Curves are "
@@ -126,6 +130,25 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
     return _write(out, lines + _files(plan))
 
 
+def control_title(plan: dict[str, Any]) -> str:
+    p = plan.get("pretrain") or {}
+    if p.get("control", "iid_subword") == "iid_subword":
+        return "The i.i.d. K-mask control (K copies without the non-overlap)"
+    return f"The other arms ({', '.join(label(a) for a in p.get('arms', []) if a != p.get('reference'))} vs MLM)"
+
+
+def across_section(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
+    """The section of `femlm analyze passes` runs (issue 28, item 2), when the plan has them."""
+    if not (plan.get("passes") or {}).get("variants"):
+        return []
+    return ["## Variance across passes: disjoint vs independent masks over K visits", "",
+            "`femlm analyze passes` on the warmed-up checkpoint: per sequence, D cycles of K visits with the K disjoint "
+            "masks of one fully-explored draw (masking=fe_passes_*) and D cycles of K independent exact-count MLM masks; "
+            "the variance (trace) of a cycle's summed gradient per arm, averaged over the sequences, and its ratio. "
+            "The prediction 1 + (K-1) c_FE / sigma_m2 comes from the decomposition's terms on the same sequences.", "",
+            *(passes_section(data.get("passes") or {}) or ["Not run (or not finished).", ""])]
+
+
 def _files(plan: dict[str, Any]) -> list[str]:
     lines = ["## Files", "",
              "- `study.json`: every number above (and the per-run values); `timings.json`: wall time per step.",
@@ -136,6 +159,9 @@ def _files(plan: dict[str, Any]) -> list[str]:
                      "verdicts).")
     if plan.get("finetune"):
         lines.append("- `downstream_scores.csv` (per seed), `downstream_summary.csv` (means, intervals, differences).")
+    if (plan.get("passes") or {}).get("variants"):
+        lines.append("- `passes_ratios.csv`: every `femlm analyze passes` run's measured and predicted ratios per K, "
+                     "with their readings; `passes_<run>.csv`, `passes_<run>.md`: the analysis' own tables.")
     return lines + ["- `decomposition_terms.csv`: every decomposition run's terms and per-K verdicts in one table; "
                     "`decomposition_<run>.csv`, `null_model_<run>.csv`, `decomposition_<run>.md`: the analysis' own "
                     "tables; `covariance_distribution_<run>.png` (Figure 2) and `null_model_<run>.png` (Figure 3 "
@@ -157,6 +183,8 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
     if plan.get("decomposition", {}).get("variants"):
         pays, not_pays = ratio_conclusions(dec_rows or [])
         supports, not_supported = supports + pays, not_supported + not_pays
+    across, not_across = passes_conclusions(data.get("passes") or {})
+    supports, not_supported = supports + across, not_supported + not_across
     total = sum(part_walls(timings).values())
     runs = (f"{len(data['pretrain'])} pre-training runs" if plan.get("pretrain") else
             f"{(data.get('warmup') is not None) + (data.get('head_warmup') is not None)} warm-up runs and "

@@ -23,6 +23,7 @@ from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.evidence import null_sequences, pool_size, run_gates
 from femlm.study.figures import plot_curves, plot_downstream
+from femlm.study.passes import passes_rows
 from femlm.study.plan import Step, final, pretrain_dir
 from femlm.study.ratios import plot_pairs, ratio_rows, write_ratio_csv
 from femlm.study.readme import summary_block, update_readme, write_readme
@@ -62,6 +63,14 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
         if d.get("json"):
             plot_pairs(src, d["json"], out / f"covariance_distribution_{where}.png",
                        f"Figure 2: {where}")
+    for where, d in data["passes"].items():
+        for name in ("passes.csv", "passes.md"):
+            if (Path(d["dir"]) / name).is_file():
+                stem, ext = name.rsplit(".", 1)
+                shutil.copy2(Path(d["dir"]) / name, out / f"{stem}_{where}.{ext}")
+    pass_rows = passes_rows(data["passes"])
+    if pass_rows:
+        write_ratio_csv(out / "passes_ratios.csv", pass_rows)
     dec_rows = ratio_rows(data["decomposition"])
     if dec_rows:
         write_ratio_csv(out / "decomposition_terms.csv", dec_rows)
@@ -74,7 +83,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
                             for k, v in data["decomposition"].items()},
-             "gates": gates,
+             "gates": gates, "passes": pass_rows,
              "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")},
              "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
                                 if v.get("json")},

@@ -25,10 +25,12 @@ from femlm.study.evidence import (
 from femlm.study.text import (
     MODE_LABEL,
     as_interval,
+    contrast,
     finite_or_none,
     fmt,
     fmt_ci,
     fmt_sig,
+    is_fe_arm,
     label,
     package_version,
     term_interval,
@@ -217,7 +219,7 @@ def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
             lines.append("| " + " | ".join(cells) + " |")
         vs = res.get("fe_vs_control")
         if vs:
-            lines += ["", f"FE-MLM minus the i.i.d. K-mask control (paired by seed {vs['paired_seeds']}): final loss "
+            lines += ["", f"{label(vs['fe'])} minus {label(vs['control'])} (paired by seed {vs['paired_seeds']}): final loss "
                       f"{fmt_ci(vs['final_loss'])} ({vs['final_loss']['verdict']}), mean loss "
                       f"{fmt_ci(vs['mean_loss'])} ({vs['mean_loss']['verdict']})."]
         lines += ["", f"![loss vs compute]({'loss_vs_flops_' + mode}.png)", ""]
@@ -333,7 +335,7 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
             rv = ratio["verdict"] if ratio else "no ratio"
             text = (f"Part 3 ({name}): final held-out loss {v} (paired difference {fmt_ci(c['final_loss']['paired'])}); "
                     f"compute to the 75% target: {fmt_ratio(ratio) if ratio else 'n/a'}.")
-            if arm != "fe_subword":
+            if not is_fe_arm(arm):
                 controls.append(text)
             elif v == "lower" or rv.startswith("less compute"):
                 supports.append(text)
@@ -341,26 +343,25 @@ def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
                 not_supported.append(text)
         vs = res.get("fe_vs_control")
         if vs:
-            text = (f"Part 3 (FE-MLM vs the i.i.d. K-mask control, {MODE_LABEL[mode]}, paired by seed; the same K "
-                    f"copies and compute, only the non-overlap differs): final held-out loss {vs['final_loss']['verdict']} "
-                    f"({fmt_ci(vs['final_loss'])}), mean loss over the budget {vs['mean_loss']['verdict']} "
-                    f"({fmt_ci(vs['mean_loss'])}).")
+            what, why = contrast(vs["fe"], vs["control"])
+            text = (f"Part 3 ({what}; {MODE_LABEL[mode]}, paired by seed): final held-out loss "
+                    f"{vs['final_loss']['verdict']} ({fmt_ci(vs['final_loss'])}), mean loss over the budget "
+                    f"{vs['mean_loss']['verdict']} ({fmt_ci(vs['mean_loss'])}).")
             if vs["final_loss"]["verdict"] == "lower":
-                supports.append(text + " The non-overlap itself lowers the loss against K independent copies, as the "
-                                "paper's covariance argument predicts; the comparison with MLM is a separate line.")
+                supports.append(f"{text} {why}".rstrip())
             else:
                 controls.append(text)
     for task, d in down.items():
-        fe = d["vs_mlm"].get("fe_subword")
-        if fe is None:
-            continue
-        text = (f"Part 4 ({task}): FE-MLM - MLM = {fmt(x100(fe['estimate']), 2)} "
-                f"[{fmt(x100(fe['low']), 2)}, {fmt(x100(fe['high']), 2)}] test {d['metric']} x 100 (Welch, "
-                f"{d['summary']['fe_subword']['n']} vs {d['summary'].get(plan['pretrain']['reference'], {}).get('n')} seeds)")
-        if fe["exceeds_seed_noise"]:
-            supports.append(text + ": exceeds the fine-tuning seed noise.")
-        else:
-            not_supported.append(text + ": does not exceed the fine-tuning seed noise.")
+        for arm, fe in d["vs_mlm"].items():
+            if not is_fe_arm(arm) or fe is None:
+                continue
+            text = (f"Part 4 ({task}): {label(arm)} - MLM = {fmt(x100(fe['estimate']), 2)} "
+                    f"[{fmt(x100(fe['low']), 2)}, {fmt(x100(fe['high']), 2)}] test {d['metric']} x 100 (Welch, "
+                    f"{d['summary'][arm]['n']} vs {d['summary'].get(plan['pretrain']['reference'], {}).get('n')} seeds)")
+            if fe["exceeds_seed_noise"]:
+                supports.append(text + ": exceeds the fine-tuning seed noise.")
+            else:
+                not_supported.append(text + ": does not exceed the fine-tuning seed noise.")
     return supports, not_supported, controls
 
 

@@ -10,7 +10,30 @@ import numpy as np
 from femlm.study import stats as st
 
 ARM_LABEL = {"mlm_subword": "MLM", "fe_subword": "FE-MLM (K=4)", "iid_subword": "i.i.d. K-mask (K=4)",
+             "fe_passes_subword": "FE across passes (one copy per visit)",
              "no_continual": "no continual pre-training", "warmup_only": "warm-up only"}
+
+# What a paired comparison of an FE arm with its control isolates (pretrain.fe_arm, pretrain.control), and the
+# sentence added when the FE arm's final loss is lower.
+CONTRAST = {
+    ("fe_subword", "iid_subword"): (
+        "FE-MLM vs the i.i.d. K-mask control: the same K copies and compute, only the non-overlap differs",
+        "The non-overlap itself lowers the loss against K independent copies, as the paper's covariance argument "
+        "predicts; the comparison with MLM is a separate line."),
+    ("fe_passes_subword", "fe_subword"): (
+        "FE across passes vs the paper's K-copy FE-MLM: the same rows per step, steps and data order; one masked "
+        "copy of each sequence per visit against K copies of K times fewer sequences",
+        "Spreading the K disjoint masks over K passes beats putting them in one step, at equal compute."),
+}
+
+
+def contrast(fe: str, control: str) -> tuple[str, str]:
+    return CONTRAST.get((fe, control), (f"{label(fe)} vs {label(control)}, paired by seed", ""))
+
+
+def is_fe_arm(arm: str) -> bool:
+    """An arm FE-MLM's claims are about (fully-explored masking, in one step or across passes), not a control."""
+    return arm.startswith("fe_")
 
 
 MODE_LABEL = {"same_rows": "same rows per step", "same_sequences": "same sequences per step"}

@@ -1,0 +1,127 @@
+"""`femlm analyze passes` runs in a study (issue 28, item 2): disjoint masks across K visits of a sequence against
+independent ones, measured directly beside the decomposition's prediction; one table and one sentence per run.
+
+A passes.json (``j``, femlm/analysis/passes_run.py) holds one row per K: the variance (trace) of a cycle's summed
+gradient of one sequence with independent and with disjoint visits, their ratio with an interval over the
+sequences, its median-of-means estimate, and the ratio the decomposition predicts from c_FE and sigma_m2. The
+gates (`femlm.analysis.gates.passes_gates`) are applied again here, so a run written before them is read the same
+way: a gated ratio is "not measured: <reason>", never a verdict. What the measurement leaves out (parameter drift
+between the visits, the data term) is said beside every verdict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from femlm.analysis.gates import not_measured, passes_gates
+from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci
+
+SCOPE = ("mask term only, all K visits at one checkpoint's weights (no parameter drift between passes), for the "
+         "gradient of the studied parameters")
+
+
+def sequences(j: dict[str, Any]) -> int | None:
+    pool = (j.get("settings") or {}).get("pool")
+    return int(pool) if isinstance(pool, int) else None
+
+
+def row_gates(j: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[str]]:
+    return passes_gates(row, sequences(j))
+
+
+def reading(j: dict[str, Any], row: dict[str, Any]) -> str:
+    """The measured ratio's verdict: by its interval, after the gates."""
+    reasons, _ = row_gates(j, row)
+    if reasons:
+        return not_measured(reasons)
+    ci = as_interval(row["measured_ratio"], row.get("measured_ratio_ci"))
+    if ci["low"] is None or ci["high"] is None:
+        return "no interval"
+    if ci["high"] < 1:
+        return "lower with disjoint visits"
+    if ci["low"] > 1:
+        return "higher with disjoint visits"
+    return "no difference detected"
+
+
+def where(key: str, d: dict[str, Any]) -> str:
+    j = d["json"]
+    s = j["settings"]
+    return (f"{d.get('label') or key} (tau {s['tau']} of {s['block_size']}-token blocks, {s['pool']} sequences, "
+            f"{s['draws']} cycles per sequence and arm)")
+
+
+def passes_section(runs: dict[str, Any]) -> list[str]:
+    """README lines: one table per run."""
+    lines: list[str] = []
+    for key, d in runs.items():
+        j = d.get("json")
+        if not j:
+            continue
+        lines += [f"#### {where(key, d)}", "",
+                  "| K | measured Var(disjoint) / Var(independent) [95% CI] | median of means | predicted "
+                  "1 + (K-1) c_FE / sigma_m2 [95% CI] | measured / predicted [95% CI] | reading |",
+                  "|---:|---|---|---|---|---|"]
+        for r in j["rows"]:
+            _, pred_reasons = row_gates(j, r)
+            pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
+            lines.append(f"| {r['K']} | {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))} | "
+                         f"{fmt(finite_or_none(r.get('measured_ratio_median_of_means')))} | "
+                         + (pred + (f" ({not_measured(pred_reasons)})" if pred_reasons else "")) + " | "
+                         f"{fmt_ci(as_interval(r['measured_over_predicted'], r.get('measured_over_predicted_ci')))} | "
+                         f"{reading(j, r)} |")
+        unit = (j.get("stats") or {}).get("interval") or {}
+        lines += ["", f"Intervals: {unit.get('method', 'bootstrap')} over {unit.get('count', '?')} "
+                  f"{unit.get('unit', 'sequences')} ({unit.get('resamples', '?')} resamples); the prediction is the "
+                  "decomposition's (its own masks, the same sequences). Scope: " + SCOPE + ".", ""]
+    return lines
+
+
+def passes_conclusions(runs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(supports, does not support): one sentence per run, at its largest K."""
+    supports: list[str] = []
+    not_supported: list[str] = []
+    for key, d in runs.items():
+        j = d.get("json")
+        if not j or not j.get("rows"):
+            continue
+        r = max(j["rows"], key=lambda row: row["K"])
+        verdict = reading(j, r)
+        pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
+        nums = (f"K = {r['K']}: measured ratio {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))}, "
+                f"median of means {fmt(finite_or_none(r.get('measured_ratio_median_of_means')))}, predicted {pred}")
+        at = f"Across passes, at {where(key, d)}"
+        if verdict == "lower with disjoint visits":
+            supports.append(f"{at}: disjoint visits lower the variance of a cycle's summed gradient against "
+                            f"independent visits ({nums}; {SCOPE}). A measurement of the mask term, not of "
+                            "training speed.")
+        elif verdict == "higher with disjoint visits":
+            not_supported.append(f"{at}: disjoint visits raise the variance of a cycle's summed gradient ({nums}).")
+        elif verdict.startswith("not measured") or verdict == "no interval":
+            not_supported.append(f"{at}: the variance across passes is {verdict} ({nums}).")
+        else:
+            not_supported.append(f"{at}: no difference between disjoint and independent visits was detected "
+                                 f"({nums}; {SCOPE}).")
+    return supports, not_supported
+
+
+def passes_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """passes.csv of the study: every run and K, with the reading."""
+    out = []
+    for key, d in runs.items():
+        j = d.get("json")
+        if not j:
+            continue
+        for r in j["rows"]:
+            reasons, pred_reasons = row_gates(j, r)
+            out.append({"run": key, "label": d.get("label", ""), "block_size": j["settings"]["block_size"],
+                        "tau": r["tau"], "K": r["K"], "sequences": r["sequences"],
+                        "cycles_per_sequence": r["cycles_per_sequence"],
+                        "measured_ratio": r["measured_ratio"], "measured_ratio_ci": r.get("measured_ratio_ci"),
+                        "measured_ratio_median_of_means": r.get("measured_ratio_median_of_means"),
+                        "predicted_ratio": r["predicted_ratio"], "predicted_ratio_ci": r.get("predicted_ratio_ci"),
+                        "measured_over_predicted": r["measured_over_predicted"],
+                        "measured_over_predicted_ci": r.get("measured_over_predicted_ci"),
+                        "sigma_m2": r["sigma_m2"], "c_fe": r["c_fe"], "not_measured": reasons,
+                        "prediction_not_measured": pred_reasons, "reading": reading(j, r)})
+    return out

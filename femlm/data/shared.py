@@ -20,6 +20,7 @@ waiter stopped alone exits, and torchrun then stops the preparer, which stops cl
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ def prepare_shared(domain: DomainConfig, tokenizer: Any, block_size: int, downlo
             if waiters:
                 final.parent.mkdir(parents=True, exist_ok=True)
                 if isinstance(err, StopRequested):
-                    marker.write_text(f"{STOPPED}{err.signum}")
+                    marker.write_text(f"{STOPPED}{err.signum or signal.SIGINT}")
                 else:
                     marker.write_text(str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}")
             raise

@@ -238,8 +238,10 @@ def _stopped(command: Command, run: Any, err: KeyboardInterrupt) -> None:
     launcher = launcher_handler(signum)
     if launcher is not None and process_rank() == 0 and getattr(launcher, "__name__", "") == "checkpoint_and_try_requeue":
         then = "; submitit requeues the job and it continues here" + (" from this state" if resumable else "")
-    else:
-        then = f"; continue with resume={run.dir} (or resume=auto)" if resumable else ""
+    elif resumable:
+        then = f"; continue with resume={run.dir} (or resume=auto)"
+    else:  # analyze, finetune, evaluate, prepare: what they finished is kept, their result files say complete
+        then = "; the same command run again completes it"
     typer.echo(f"femlm: interrupted ({signal_name(signum)}); {what}the run directory {run.dir} keeps what was saved"
                f"{then}", err=True)
     try:

@@ -2,8 +2,14 @@
 `--signal`; SIGUSR1 where a site configures it) ask the running command to stop at its next safe point.
 
 The handler only sets a flag (never a save, a collective or an exit inside a signal handler: the signal may land
-in the middle of a step or of a write). Long loops poll `requested()`: the training loop (where all ranks agree on
-the step they stop after, femlm.train.interrupt), evaluation, the analysis and fine-tuning loops, data preparation.
+in the middle of a step or of a write). Long loops poll it, a function call per unit of work: the training loop
+(where all ranks agree on the step they stop after, femlm.train.interrupt) and its evaluation; elsewhere `check`
+raises StopRequested at the next safe point: the analyses per gradient chunk (femlm.analysis.gradients), fine-tuning
+per step, scored batch and seed (femlm.eval.classifier, finetune), evaluate per checkpoint, data preparation per
+batch of documents, unit and copied chunk, with worker processes stopped by the parent (femlm.data.prepare; the
+workers `ignore` the signals). Each of those writes its completion marker last and atomically (analysis.json,
+results.json "complete", efficiency.json "complete", a corpus's meta.json), so a stopped command leaves nothing a
+later run takes as complete, and running the same command again completes the work.
 Once the state is saved, `handoff` does what the launcher expects: under submitit (hydra/launcher=slurm_gpu,
 slurm_node, submitit_local) it calls submitit's own handler, which records the job for a requeue, requeues it and
 exits; elsewhere the process exits with 128 + the signal's number (130 for Ctrl-C), which torchrun and a
@@ -44,6 +50,14 @@ def check(where: str) -> None:
         raise StopRequested(f"stopped during {where}")
 
 
+def ignore() -> None:
+    """In a worker process that its parent stops (data preparation's): ignore the stop signals. A cluster signals
+    every process of a job and Ctrl-C the whole foreground group; the parent polls, stops the workers itself and
+    removes what they wrote."""
+    for signum in SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def signal_name(signum: int | None) -> str:
     return signal.Signals(signum).name if signum is not None else "a stop request"
 
@@ -73,7 +87,9 @@ def stop_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        _state["previous"] = {}
+        # The flag lives as long as the command: a stop it raised carries its signal (StopRequested.signum), and
+        # code run afterwards in this process (tests, a library caller) is not stopped by an old request.
+        _state["previous"], _state["signum"] = {}, None
 
 
 def launcher_handler(signum: int | None) -> Any:

@@ -25,6 +25,7 @@ EXPECTED = {
     "bench_masking.py": (r"fe_subword +4 .*\n(.*\n)*tiny BERT .* AdamW step", False),
     "bench_memory.py": (r"memory flat: (yes|no)", False),
     "bench_precision.py": (r"\[smoke b=4 L=32\] step s fp32=\S+ bf16=\S+ speed-up=", False),
+    "bench_save.py": (r"step s: median .*\n(.*\n)*signal_delay_s >= \d+ \(step \S+ s \+ milestone save ", False),
     "bench_study.py": (r"estimate.seconds: \{train_row: .*head_row: .*ft_train_example_aclarc: .*gradient_row: ",
                        True),
     "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from femlm.stop import check
+
 # grad_fn(seq_idx[N], masks[N, L]) -> Tensor[N, P]: per-row gradients (see gradients.MaskedLMGradients).
 GradFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -183,6 +185,7 @@ def spearman_summary(hams: np.ndarray, covs: np.ndarray, bins: np.ndarray, n_boo
         out["ci_bins"] = list(_interval(rho_b)) if labels.size >= 3 else [float("nan")] * 2
         rho_p = np.empty(n_boot)
         for i in range(n_boot):
+            check("the analysis's bootstrap")
             idx = np.concatenate([rng.choice(np.flatnonzero(bins == b), size=int((bins == b).sum()))
                                   for b in labels])
             rho_p[i] = stats.spearmanr(hams[idx], covs[idx]).statistic if np.ptp(hams[idx]) > 0 else np.nan

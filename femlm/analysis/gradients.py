@@ -16,6 +16,11 @@ Two ways to get one gradient per row (a row is one sequence with one mask):
   but on CPU the batching fallbacks of attention kernels make it several times slower than ``hooks``.
 
 Cost: exactly one forward and one backward pass per row, ``chunk`` rows per call.
+
+Every gradient of every analysis (covariance, variance, decomposition, null model, passes) is computed here, so
+this is where a stop request is polled: before each chunk (femlm.stop.check). The analyses write their results
+only at the end, their JSON last, so a stopped analysis leaves no analysis.json / decomposition.json / passes.json
+and the same command run again recomputes it (every mask stream is seeded).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from torch.nn import functional as F
 from femlm.analysis.parameters import default_parameters
 from femlm.errors import UserError
 from femlm.models.heads import find_mlm_head
+from femlm.stop import check
 
 
 def select_parameters(model: nn.Module, patterns: Sequence[str]) -> list[str]:
@@ -122,6 +128,7 @@ class MaskedLMGradients:
     def __call__(self, seq_idx: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
         out = []
         for start in range(0, len(masks), self.chunk):
+            check(f"the analysis (after {self.passes} gradient rows)")
             sl = slice(start, start + self.chunk)
             rows = self._rows(seq_idx[sl], masks[sl])
             out.append(self._hooks(*rows) if self.method == "hooks" else self._vmap(*rows))

@@ -14,6 +14,12 @@ Pipeline (`prepare_corpus`):
 5. ``meta.json`` is written last, in a temporary directory renamed into place: a reader never sees half a
    corpus, and two processes preparing the same corpus at once both end with the same complete directory.
 
+A stop request (SIGTERM, SIGUSR1/2, Ctrl-C: femlm.stop) is polled by the parent: per batch of documents when it
+tokenizes itself, every quarter second while workers run (it then kills them: they ignore the signals, which a
+cluster sends to every process of the job), and per unit while it assembles the split files. The temporary
+directory is removed, nothing reaches the cache, and the same command run again prepares the corpus; corpora
+already prepared stay in the cache.
+
 Compared with run_mlm.py's ``datasets.map(tokenize) + group_texts`` (benchmarks/bench_corpus.py): no Arrow
 round-trip of the tokenized documents, no per-1,000-document Python list concatenation, ids written as
 uint16, and ``encode_batch_fast`` (no offsets). Under ``torchrun`` one process per node prepares and the others
@@ -45,6 +51,7 @@ from femlm.data.progress import Progress
 from femlm.data.sources import Unit, plan_units, source_key
 from femlm.data.tokens import STORAGE_FORMAT, PreparedCorpus, is_prepared, token_dtype
 from femlm.errors import UserError
+from femlm.stop import StopRequested, check, requested
 
 log = logging.getLogger(__name__)
 READERS_VERSION = 1  # bump when a corpus reader's output changes (invalidates prepared corpora)
@@ -115,8 +122,13 @@ def _worker_count(units: list[Unit], num_proc: int) -> int:
 def _run_units(job: workers.Job, units: list[Unit], n_workers: int, progress: Progress) -> list[workers.UnitResult]:
     """Every unit through `workers.run_unit`, in `n_workers` spawned processes (1: here); results in order."""
     results: list[Any] = [None] * len(units)
+    where = f"data preparation ({job.mode})"
     if n_workers <= 1:
-        workers.init_worker(job, report=progress.update, in_process=True)
+        def report(rows: int, docs: int, tokens: int) -> None:  # after each batch of documents
+            progress.update(rows, docs, tokens)
+            check(where)
+
+        workers.init_worker(job, report=report, in_process=True)
         for i, unit in enumerate(units):
             results[i] = workers.run_unit(i, unit)
             progress.unit_done(i, results[i].rows)
@@ -128,6 +140,7 @@ def _run_units(job: workers.Job, units: list[Unit], n_workers: int, progress: Pr
     pending = set(futures)
     try:
         while pending:
+            check(where)
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
             _drain(queue, progress)
             for future in done:
@@ -135,10 +148,16 @@ def _run_units(job: workers.Job, units: list[Unit], n_workers: int, progress: Pr
                 results[i] = future.result()  # a worker's UserError is re-raised here, as one line
                 progress.unit_done(i, results[i].rows)
         _drain(queue, progress)
-    except BaseException:
+    except BaseException as err:
+        running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        for process in list(getattr(pool, "_processes", {}).values()):  # stop units already running, now
-            process.terminate()
+        for process in running:  # stop units already running, now (SIGKILL: workers ignore the stop signals)
+            process.kill()
+        for process in running:  # gone before the caller removes the directory they write into
+            process.join(timeout=10)
+        if requested() is not None and not isinstance(err, StopRequested):
+            # a worker killed by the same signal before it could ignore it (while it started): still a stop
+            raise StopRequested(f"stopped during {where}") from err
         raise
     pool.shutdown()
     return results
@@ -269,6 +288,7 @@ def _assemble(domain: DomainConfig, results: list[workers.UnitResult], tmp: Path
     offset = 0
     with open(tmp / "train.bin", "wb") as train, open(tmp / "validation.bin", "wb") as val:
         for r in results:
+            check("data preparation (writing the split files)")
             n = len(r.hashes)
             path = workers.unit_file(tmp, r.index)
             masks = {"train": is_train[offset:offset + n], "validation": is_val[offset:offset + n]}
@@ -304,6 +324,7 @@ def _copy_unit(path: Path, dtype: np.dtype, lengths: np.ndarray, masks: dict[str
     ends = np.cumsum(lengths)
     first = 0
     while first < len(lengths):
+        check("data preparation (writing the split files)")
         start = int(ends[first - 1]) if first else 0
         last = int(np.searchsorted(ends, start + COPY_TOKENS, side="right"))
         last = max(last, first + 1)

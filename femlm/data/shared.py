@@ -11,11 +11,16 @@ stops the others.
 
 The marker carries a token the ranks agree on before preparing (one broadcast, immediate), so a marker left
 by an earlier run is never mistaken for this one's.
+
+A stop request (femlm.stop) reaches both sides: the preparer stops at its next batch (femlm.data.prepare) and
+its marker says so, so the waiters stop too, with the same signal; a waiter polls its own flag as it waits (a
+waiter stopped alone exits, and torchrun then stops the preparer, which stops cleanly in turn).
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,9 @@ from femlm.data.config import DomainConfig, DownloadConfig
 from femlm.data.prepare import corpus_dir, corpus_key, prepare_corpus
 from femlm.data.tokens import PreparedCorpus, is_prepared
 from femlm.errors import UserError
+from femlm.stop import StopRequested, check
+
+STOPPED = "stopped by signal "  # a failure marker's text when the preparer was stopped, then the signal's number
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0
@@ -48,7 +56,10 @@ def prepare_shared(domain: DomainConfig, tokenizer: Any, block_size: int, downlo
         except BaseException as err:
             if waiters:
                 final.parent.mkdir(parents=True, exist_ok=True)
-                marker.write_text(str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}")
+                if isinstance(err, StopRequested):
+                    marker.write_text(f"{STOPPED}{err.signum or signal.SIGINT}")
+                else:
+                    marker.write_text(str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}")
             raise
     return wait_for_corpus(final, marker, poll_s, log_every_s)
 
@@ -58,8 +69,13 @@ def wait_for_corpus(final: Path, marker: Path, poll_s: float = POLL_S, log_every
     """Poll until `final` is a prepared corpus (then open it) or `marker` says its preparation failed."""
     start = last = time.monotonic()
     while not is_prepared(final):
+        check("the wait for the corpus that local rank 0 prepares")
         if marker.exists():
-            raise UserError(f"the process preparing the corpus failed: {marker.read_text().strip()}")
+            said = marker.read_text().strip()
+            if said.startswith(STOPPED):
+                raise StopRequested("stopped: the process preparing the corpus was stopped",
+                                    int(said.removeprefix(STOPPED)))
+            raise UserError(f"the process preparing the corpus failed: {said}")
         now = time.monotonic()
         if now - last >= log_every_s:
             last = now

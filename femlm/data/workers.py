@@ -27,6 +27,7 @@ import numpy as np
 from femlm.data.config import DownloadConfig
 from femlm.data.sample import hash_docs, member
 from femlm.data.sources import Unit, read_unit
+from femlm.stop import ignore
 
 Report = Callable[[int, int, int], None]  # (rows read, documents kept, tokens) since the last report
 _STATE: dict[str, Any] = {}
@@ -56,6 +57,7 @@ def init_worker(job: Job, queue: Any = None, report: Report | None = None, in_pr
     """Per-process state: the tokenizer, the keep set, and where progress goes (a queue or a callback)."""
     if not in_process:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker process
+        ignore()  # the parent polls the stop signals and stops its workers (femlm.data.prepare)
     _STATE.clear()
     _STATE["job"] = job
     if job.tokenizer_json is not None:

@@ -6,6 +6,9 @@ slanted triangular, which is the same shape), grad-norm clip 1, 10 epochs, batch
 stopping with patience 3 on the dev main metric, and the best dev epoch's weights scored on test.
 GLUE (``eval_split`` dev, or dev_matched for MNLI): the usual BERT recipe from the task config (fixed epochs, no early
 stopping unless the task sets patience, Adam betas 0.9/0.999, eps 1e-8), the final model scored on the eval split.
+
+A stop request (femlm.stop) is polled before every training step and every scored batch: the seed being trained is
+dropped whole (nothing of it is written), the seeds already finished stay recorded (femlm.eval.finetune).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
 from femlm.eval.metrics import compute_metrics
 from femlm.models.optim import param_groups
 from femlm.runtime.device import pick_precision, precision_name
+from femlm.stop import check
 
 LogFn = Callable[..., None]
 
@@ -108,6 +112,7 @@ def predict(model: PreTrainedModel, data: Encoded, spec: LabelSpec, batch_size: 
     model.eval()
     out: list[Any] = [None] * len(data)
     for idx, batch in batches(data, batch_size, collator, shuffle=False, sort_by_length=True):
+        check("scoring")
         batch.pop("labels", None)
         with autocast(device, precision):
             logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float()
@@ -153,7 +158,9 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
                            group_by_length=recipe.group_by_length),
                    total=min(steps_per_epoch, total_steps - step), desc=f"seed {seed} epoch {epoch}",
                    disable=not progress, leave=False)
+        where = f"fine-tuning seed {seed}, epoch {epoch}"
         for _, batch in bar:
+            check(where)
             with autocast(device, recipe.precision):
                 loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
             scaler.scale(loss).backward()

@@ -7,6 +7,11 @@
 - ``evaluate.sweep=true evaluate.checkpoints=<pre-training run dir>``: fine-tune and score every
   ``checkpoints/step_<N>`` (and ``final``) with ``finetune.seeds``; ``sweep/<name>/results.json`` per
   checkpoint and ``efficiency.json`` (main metric vs pre-training step) for the efficiency figure.
+
+A stop request (femlm.stop) is polled per checkpoint and per scored batch (and, in a sweep, per fine-tuning step):
+scoring writes results.json only once every checkpoint is scored; a sweep rewrites efficiency.json after every
+point with ``"complete": false`` until the last, so a stopped sweep keeps its finished points and is never taken
+for a finished one (the experiment runner runs it again).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from femlm.models.resolve import resolve_finetuned
 from femlm.outputs import finite
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
+from femlm.stop import check
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -87,6 +93,8 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
                     split: majority_scores(task.metric, constant, gold, spec.num_labels)}
     rows = []
     for checkpoint, located in checkpoints:
+        check(f"evaluate, before {checkpoint} ({len(rows)} of {len(checkpoints)} scored; results.json is written "
+              "once all are)")
         info = located.femlm or {}
         tokenizer, tokenizer_source = tokenizer_for(cfg.model, cfg.download, located)
         model = load_finetuned(checkpoint, spec, task.name).to(device)
@@ -150,13 +158,15 @@ def sweep(cfg: Any, run: Any) -> dict[str, Any]:
     task = cfg.task
     payload: dict[str, Any] = {"kind": "efficiency", "task": task.name, "main_metric": task.main_metric,
                                "eval_split": task.eval_split, "pretrain_run": str(root),
-                               "seeds": list(cfg.finetune.seeds), "points": []}
-    for name, path, step, info in pretraining_checkpoints(root):
+                               "seeds": list(cfg.finetune.seeds), "points": [], "complete": False}
+    found = pretraining_checkpoints(root)
+    for name, path, step, info in found:
         results = finetune.finetune_checkpoint(cfg, str(path), Path(run.dir) / "sweep" / name, run,
                                                extra_log={"checkpoint": name, "pretrain_step": step},
                                                write_as=f"sweep/{name}/results.json")
         payload["points"].append(efficiency_point(step, (info or {}).get("masking"), results))
         payload["majority_baseline"] = results["majority_baseline"].get(task.eval_split, {}).get(task.main_metric)
+        payload["complete"] = len(payload["points"]) == len(found)
         run.write_json("efficiency.json", payload)  # after every point: a stopped sweep keeps what it has
         print(f"[{name}] {finetune.summary_line(results)}", flush=True)
     return payload

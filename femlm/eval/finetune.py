@@ -1,4 +1,9 @@
-"""`femlm finetune`: one checkpoint, one task, several seeds -> per-seed files and results.json."""
+"""`femlm finetune`: one checkpoint, one task, several seeds -> per-seed files and results.json.
+
+On a stop request (SIGTERM, SIGUSR1/2, Ctrl-C: femlm.stop) the seed in progress is dropped at its next step or
+scored batch; results.json keeps the seeds already finished with ``"complete": false`` (what the experiment runner
+and a reader check), each finished seed keeps its seed_<s>/ files, and the same command run again does every seed.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from femlm.outputs import finite
 from femlm.paper import reported_for_task
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
+from femlm.stop import check
 
 
 @dataclass
@@ -120,6 +126,7 @@ def run_seeds(cfg: Any, resolved: ResolvedModel, prep: Prepared, out_dir: Path, 
     monitor = prep.splits[monitor_split(prep.splits, task.eval_split)]
     rows = []
     for seed in ft.seeds:
+        check(f"fine-tuning, before seed {seed}")
         set_seed(seed)  # the new head's init, dropout and the shuffling all follow the seed
         model, fresh = load_classifier(resolved, prep.spec, cfg.download)
         if fresh and not rows:
@@ -132,6 +139,7 @@ def run_seeds(cfg: Any, resolved: ResolvedModel, prep: Prepared, out_dir: Path, 
         row: dict[str, Any] = {"seed": seed, "best_epoch": result.best_epoch, "epochs_run": result.epochs_run,
                                "train_s": round(time.time() - start, 1)}
         seed_dir = out_dir / f"seed_{seed}"
+        eval_preds: list[Any] = []
         for name in scored_splits(prep):
             row[name] = {}
             if name not in prep.splits:
@@ -140,9 +148,10 @@ def run_seeds(cfg: Any, resolved: ResolvedModel, prep: Prepared, out_dir: Path, 
             scores, preds = loop.score_split(model, prep.splits[name], prep.spec, task.metric,
                                              prep.recipe.eval_batch_size, device, collator, prep.recipe.precision)
             row[name] = scores
-            if name == task.eval_split and run.is_main:
-                write_predictions(seed_dir / "predictions.jsonl", prep.splits[name].labels, preds, names)
-        if run.is_main:
+            if name == task.eval_split:
+                eval_preds = preds
+        if run.is_main:  # written once every split is scored: a stop while scoring leaves no file of this seed
+            write_predictions(seed_dir / "predictions.jsonl", prep.splits[task.eval_split].labels, eval_preds, names)
             seed_dir.mkdir(parents=True, exist_ok=True)
             payload = finite({**row, "history": result.history})
             (seed_dir / "scores.json").write_text(json.dumps(payload, indent=2) + "\n")

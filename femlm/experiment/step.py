@@ -5,8 +5,9 @@ is done by looking at files:
 
 * pre-training (kind ``pretrain``): done when ``summary.json`` and ``checkpoints/final`` exist; a directory with
   ``run.json`` but no final checkpoint was cut and continues with ``resume=<dir>`` (femlm's exact resume);
-* any other femlm command (kind ``once``): done when its output file exists (a fine-tuning ``results.json`` only
-  when it says ``complete``: it is rewritten after every seed); a directory left without it is moved aside to
+* any other femlm command (kind ``once``): done when its output file exists (a fine-tuning ``results.json`` or a
+  sweep's ``efficiency.json`` only when it says ``complete``: each is rewritten after every seed or checkpoint, and a
+  stopped command leaves it incomplete); a directory left without it is moved aside to
   ``<dir>.incomplete-<time>`` and the step runs again (those commands have no resume, and femlm refuses to reuse
   a directory that holds a run);
 * kind ``always`` (femlm report) runs every time in a fresh directory; kind ``inprocess`` calls its action.
@@ -45,8 +46,8 @@ class Step:
         path = self.run_dir / self.output
         if self.kind != "once" or not self.output or not path.is_file():
             return False
-        if self.output == "results.json":  # rewritten after every seed: a run killed between seeds is not done
-            return bool(json.loads(path.read_text()).get("complete", True))
+        if self.output in ("results.json", "efficiency.json"):  # rewritten after every seed / checkpoint: a run
+            return bool(json.loads(path.read_text()).get("complete", True))  # stopped in between is not done
         return True
 
     def started(self) -> bool:

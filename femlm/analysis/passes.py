@@ -42,7 +42,8 @@ import torch
 from femlm.masking import make_generator
 
 from .decomposition import pool_terms, term_estimates
-from .estimators import GradFn, Progress, percentile_ci
+from .estimators import GradFn, Progress
+from .intervals import percentile_interval
 from .masks import sample_kmasks
 
 STREAM_IID, STREAM_FE, STREAM_BOOT = 41, 42, 43
@@ -112,7 +113,7 @@ def passes_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau
     boot = term_estimates(terms, counts) if counts is not None else None
 
     def ci(values: np.ndarray | None) -> list[float]:
-        return [float("nan")] * 2 if values is None else percentile_ci(values)
+        return [float("nan")] * 2 if values is None else percentile_interval(values).bounds
 
     rows = []
     for j, k in enumerate(ks):

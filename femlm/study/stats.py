@@ -20,7 +20,7 @@ equal-compute mode) there are n pre-training seeds.
   (a K-copy arm reads a prefix of the same stream) and the evaluation set, so seeds pair the arms. The
   interval is a t-interval of the per-seed log ratios (paired) or a Welch interval of the two arms' log values
   (unpaired), back-transformed: a delta-method interval on the log scale, the geometric-mean ratio at its
-  centre. With a censored run the ratio has only a bound (`ratio_interval` says which); with n = 3 seeds the
+  centre. With a censored run the ratio has only a bound (`log_ratio_interval` says which); with n = 3 seeds the
   t quantile is 4.30 (2 degrees of freedom), so only large effects can be told from noise, and the intervals
   say so by their width. A seed bootstrap is not used: with 3 seeds it has at most 10 distinct resamples per
   arm and its percentile interval is too narrow (it ignores the t-correction);
@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+
+from femlm.analysis.intervals import Interval  # femlm's one interval type (analysis sits below study)
 
 LEVEL = 0.95
 NAN = float("nan")
@@ -57,32 +59,6 @@ def _finite(values: Sequence[float | None]) -> np.ndarray:
 
 def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(sps.t.ppf(0.5 + level / 2, df)) if df > 0 else NAN
-
-
-@dataclass
-class Interval:
-    """A mean (or difference, or ratio) with its interval; ``n`` the number of units (seeds) behind it."""
-
-    estimate: float
-    low: float
-    high: float
-    n: int
-    std: float = NAN  # sample standard deviation of the units (where meaningful)
-    p: float = NAN  # two-sided p-value of "no difference" (differences only)
-    df: float = NAN
-    method: str = ""
-    bound: str = ""  # "", "lower" (true value >= estimate) or "upper" (<=): censored inputs
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-    @property
-    def excludes_zero(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 0 or self.high < 0)
-
-    @property
-    def excludes_one(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 1 or self.high < 1)
 
 
 def t_interval(values: Sequence[float | None], level: float = LEVEL) -> Interval:
@@ -248,8 +224,8 @@ def targets_from(mlm_curves: Sequence[Curve], fractions: Sequence[float]) -> dic
     return out
 
 
-def ratio_interval(arm: Sequence[float | None], ref: Sequence[float | None], budget_arm: Sequence[float],
-                   budget_ref: Sequence[float], paired_by_seed: bool = True, level: float = LEVEL) -> Interval:
+def log_ratio_interval(arm: Sequence[float | None], ref: Sequence[float | None], budget_arm: Sequence[float],
+                       budget_ref: Sequence[float], paired_by_seed: bool = True, level: float = LEVEL) -> Interval:
     """Ratio of compute-to-target, arm / ref, as a geometric-mean ratio with a log-scale t-interval.
 
     ``None`` entries did not reach the target within their budget: they enter at their budget (the least they
@@ -340,8 +316,8 @@ def compare_pretraining(arms: dict[str, ArmCurves], reference: str, fractions: S
                        [y[metric] for y in per_seed[reference].values()], level)
             comp[metric] = {"paired": pd.as_dict(), "welch": wd.as_dict(), "verdict": verdict(pd)}
         for key in out["targets"]:
-            ci = ratio_interval([x[f"flops_to_{key}"] for x in a], [y[f"flops_to_{key}"] for y in r],
-                                [x["budget"] for x in a], [y["budget"] for y in r], True, level)
+            ci = log_ratio_interval([x[f"flops_to_{key}"] for x in a], [y[f"flops_to_{key}"] for y in r],
+                                    [x["budget"] for x in a], [y["budget"] for y in r], True, level)
             comp[f"ratio_to_{key}"] = {**ci.as_dict(), "verdict": ratio_verdict(ci),
                                        "not_reached": {"arm": sum(x[f"flops_to_{key}"] is None for x in a),
                                                        "reference": sum(y[f"flops_to_{key}"] is None for y in r)}}

@@ -1,7 +1,8 @@
 """What every writer of result files shares: CSV tables, JSON without NaN, and matplotlib set up for files.
 
-One home each, so every CSV a run leaves is written the same way (``\\n`` line ends, None as an empty cell), no
-JSON file carries a NaN (which JSON does not have and strict readers refuse), and no figure needs a display.
+One home each, so every CSV a run leaves is written the same way (None as an empty cell; ``\\n`` line ends, or
+``\\r\\n`` where a file has always had them), no JSON file carries a NaN (which JSON does not have and strict
+readers refuse), and no figure needs a display.
 """
 
 from __future__ import annotations
@@ -14,12 +15,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# The csv module's own line end: the CSV files of `femlm analyze` and of the evidence studies have always had it
+# (femlm report's have "\n").
+CRLF = "\r\n"
 
-def csv_text(rows: Iterable[Sequence[Any] | Mapping[str, Any]], header: Sequence[str] | None = None) -> str:
-    """A CSV table as text: `rows` are sequences under `header`, or mappings (the header is then their keys in
-    first-seen order, a key a row lacks an empty cell). None is an empty cell."""
+
+def csv_text(rows: Iterable[Sequence[Any] | Mapping[str, Any]], header: Sequence[str] | None = None,
+             line_end: str = "\n") -> str:
+    """A CSV table as text: `rows` are sequences under `header`, or mappings (without a header, their keys in
+    first-seen order, so no rows give an empty header line; a key a row lacks is an empty cell). None is an
+    empty cell."""
     rows = list(rows)
-    if header is None and rows and isinstance(rows[0], Mapping):
+    if header is None and all(isinstance(row, Mapping) for row in rows):
         keys: list[str] = []
         for row in rows:
             keys += [k for k in row if k not in keys]
@@ -27,7 +34,7 @@ def csv_text(rows: Iterable[Sequence[Any] | Mapping[str, Any]], header: Sequence
     if rows and isinstance(rows[0], Mapping):
         rows = [[row.get(k) for k in header] for row in rows]  # type: ignore[union-attr]
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")  # csv writes None as an empty cell
+    writer = csv.writer(buffer, lineterminator=line_end)  # csv writes None as an empty cell
     if header is not None:
         writer.writerow(header)
     writer.writerows(rows)
@@ -35,11 +42,11 @@ def csv_text(rows: Iterable[Sequence[Any] | Mapping[str, Any]], header: Sequence
 
 
 def write_csv(path: Path, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
-              header: Sequence[str] | None = None) -> Path:
-    """`csv_text(rows, header)` written to `path`."""
+              header: Sequence[str] | None = None, line_end: str = "\n") -> Path:
+    """`csv_text(rows, header, line_end)` written to `path`."""
     path = Path(path)
     with path.open("w", newline="") as handle:
-        handle.write(csv_text(rows, header))
+        handle.write(csv_text(rows, header, line_end))
     return path
 
 

@@ -18,7 +18,7 @@ from femlm.analysis.gates import (
     not_measured,
     null_model_gates,
 )
-from femlm.analysis.intervals import LEVEL, MIN_UNITS, expanded_levels, median_of_means, unit_ci
+from femlm.analysis.intervals import LEVEL, MIN_UNITS, expanded_levels, median_of_means, unit_interval
 
 SAMPLES, RESAMPLES = 600, 1000
 SE = np.sqrt(LEVEL * (1 - LEVEL) / SAMPLES)  # simulation error of a coverage at the nominal rate
@@ -74,8 +74,8 @@ def test_production_size_interval_of_the_decomposition_ratio_covers() -> None:
         terms = synthetic_pool(MIN_UNITS, rng, sd2, sm2, c)
         counts = rng.multinomial(MIN_UNITS, np.full(MIN_UNITS, 1 / MIN_UNITS), size=RESAMPLES)
         e = term_estimates(terms, counts)
-        low, high = unit_ci((k * e["sigma_d2"] + e["sigma_m2"] + (k - 1) * e["c_fe"]) / (e["sigma_d2"] + e["sigma_m2"]),
-                            MIN_UNITS)
+        low, high = unit_interval((k * e["sigma_d2"] + e["sigma_m2"] + (k - 1) * e["c_fe"])
+                                  / (e["sigma_d2"] + e["sigma_m2"]), MIN_UNITS).bounds
         hits += low <= truth <= high
     se = np.sqrt(LEVEL * (1 - LEVEL) / samples)
     assert abs(hits / samples - LEVEL) < 3 * se, hits / samples

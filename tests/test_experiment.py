@@ -24,13 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "femlm" / "conf"
 RECORDED = json.loads((REPO / "tests" / "data" / "experiment_commands.json").read_text())["commands"]
 # Make target -> the experiment files it runs and the report folder (the old reproduce_paper.sh TABLE argument).
-CASES = {"tiny": (["tiny"], {}), "tiny_extras": (["tiny"], {"extras": True}), "table1": (["table1_glue"], {}),
-         "table2": (["table2_cs", "table2_news"], {}),
-         "table3": (["table1_glue"], {"out": Path("results/paper/table3")}), "figures": (["figures"], {})}
+CASES = {"tiny": (["tiny"], {}), "tiny_extras": (["tiny"], {"extras": True}), "glue": (["glue"], {}),
+         "continual": (["continual_cs", "continual_news"], {}),
+         "glue_average": (["glue"], {"out": Path("results/paper/glue_average")}), "figures": (["figures"], {})}
 
 
 def test_every_experiment_file_is_one_validated_plan() -> None:
-    assert {"tiny", "table1_glue", "table2_cs", "table2_news", "figures", "study", "study_base"} <= set(names())
+    assert {"tiny", "glue", "continual_cs", "continual_news", "figures", "study", "study_base"} <= set(names())
     for name in names():
         data = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
         assert list(data) == ["experiment"], f"{name}: keep experiment files declarative (one block)"
@@ -81,9 +81,10 @@ def _report(argv: list[str]) -> set[str]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_runner_plans_the_commands_the_bash_scripts_ran(case: str) -> None:
-    """Every femlm command line of `make reproduce-<case>` equals the one scripts/reproduce_*.sh printed (recorded in
-    tests/data/experiment_commands.json before they were removed), in the same order; the report's own run
-    directory aside."""
+    """Every femlm command line of `make reproduce-<case>` (glue_average: reproduce-glue-average) equals the one
+    scripts/reproduce_*.sh printed (recorded in tests/data/experiment_commands.json before they were removed; since
+    then only the tables' names, files and folders were renamed: continual, glue, glue_average), in the same order;
+    the report's own run directory aside."""
     names_, kw = CASES[case]
     steps = build_steps([load(n, extras=kw.get("extras", False)) for n in names_], Options(out=kw.get("out")))
     new = [s.args() for s in steps]
@@ -182,17 +183,17 @@ def test_offline_experiments_need_a_mirror_and_paper_ones_a_gpu(tmp_path: Path, 
     assert "FEMLM_MIRROR" in capsys.readouterr().err
     monkeypatch.setattr(run_mod.shutil, "which", lambda name: None)
     monkeypatch.delenv("FEMLM_ALLOW_CPU", raising=False)
-    assert main(["table2_cs", "--runs", str(tmp_path / "runs")]) == 2
+    assert main(["continual_cs", "--runs", str(tmp_path / "runs")]) == 2
     assert "no GPU found (nvidia-smi)" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
 def test_paper_plans_print_the_cost_first(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["table2_cs", "table2_news", "--plan"]) == 0
+    assert main(["continual_cs", "continual_news", "--plan"]) == 0
     captured = capsys.readouterr()
     assert "~10 GPU hours on 1x A100" in captured.err.splitlines()[0]
     commands = [line.strip() for line in captured.out.splitlines() if line.strip().startswith("femlm ")]
-    assert commands[-1].startswith("femlm report") and "report.out_dir=results/paper/table2" in commands[-1]
+    assert commands[-1].startswith("femlm report") and "report.out_dir=results/paper/continual" in commands[-1]
     assert sum("continual-pretrain" in c for c in commands) == 8
     assert sum(c.startswith("femlm finetune") for c in commands) == 4 + 16  # released + 4 arms x 2 tasks x 2
     assert main(["nosuch"]) == 2 and "allowed" in capsys.readouterr().err
@@ -201,8 +202,8 @@ def test_paper_plans_print_the_cost_first(capsys: pytest.CaptureFixture[str]) ->
 def test_femlm_experiment_is_the_same_front_door(cli_in_process) -> None:
     listed = cli_in_process("experiment", "--list")
     assert listed.code == 0 and listed.stdout.split() == names()
-    planned = cli_in_process("experiment", "table1_glue", "--out", "results/paper/table3", "--plan")
-    assert planned.code == 0 and "report.out_dir=results/paper/table3" in planned.stdout
+    planned = cli_in_process("experiment", "glue", "--out", "results/paper/glue_average", "--plan")
+    assert planned.code == 0 and "report.out_dir=results/paper/glue_average" in planned.stdout
     bad = cli_in_process("experiment", "nosuch")
     assert bad.code == 2 and "experiment 'nosuch'" in bad.stderr
 

@@ -55,7 +55,7 @@ def write_results(folder: Path, task: str, values: list[float], pretrain: dict[s
     return folder / "results.json"
 
 
-def table2_runs(root: Path) -> Path:
+def continual_runs(root: Path) -> Path:
     """MLM, FE-MLM and the i.i.d. control continually pre-trained on CS, plus the released baseline."""
     for masking, base in (("mlm_subword", 0.70), ("fe_subword", 0.74), ("iid_subword", 0.72)):
         pre = femlm_json(masking, run_dir=str(root / f"continual_{masking}"))
@@ -70,34 +70,34 @@ def make_cfg(inputs: list[Path], out: Path, **kw: Any) -> SimpleNamespace:
 
 
 @pytest.fixture
-def t2(tmp_path: Path):
-    collection = collect([str(table2_runs(tmp_path / "runs"))])
+def continual(tmp_path: Path):
+    collection = collect([str(continual_runs(tmp_path / "runs"))])
     return continual_table(collection, "tiny test scale", "feedbee")
 
 
-def test_table2_rows_and_columns_in_paper_order(t2) -> None:
-    assert [c.header for c in t2.columns] == ["ACL-ARC", "SciERC", "HyperPartisan", "AGNews"]
-    labels = [r.label for r in t2.measured]
+def test_continual_rows_and_columns_in_paper_order(continual) -> None:
+    assert [c.header for c in continual.columns] == ["ACL-ARC", "SciERC", "HyperPartisan", "AGNews"]
+    labels = [r.label for r in continual.measured]
     assert labels == ["no continual pre-training (roberta-base)", "MLM + Subword", "FE-MLM + Subword",
                       "i.i.d. K-mask + Subword (control)", "MLM + Span", "FE-MLM + Span"]
-    assert [r.label for r in t2.reported][:2] == ["RoBERTa (Gururangan et al. 2020)", "DAPT (Gururangan et al. 2020)"]
-    md = to_markdown(t2)
+    assert [r.label for r in continual.reported][:2] == ["RoBERTa (Gururangan et al. 2020)", "DAPT (Gururangan et al. 2020)"]
+    md = to_markdown(continual)
     header = next(line for line in md.splitlines() if line.startswith("| Model"))
     assert header == "| Model | ACL-ARC | SciERC | HyperPartisan | AGNews |"
 
 
-def test_mean_std_over_seeds_times_100(t2) -> None:
-    fe = next(r for r in t2.measured if r.label == "FE-MLM + Subword")
+def test_mean_std_over_seeds_times_100(continual) -> None:
+    fe = next(r for r in continual.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["aclarc"].mean == pytest.approx(74.0)
     assert fe.cells["aclarc"].std == pytest.approx(2.0)  # sample std (ddof=1) of 72, 74, 76
     assert fe.cells["aclarc"].n == 3
-    assert "| FE-MLM + Subword | 74.00 ± 2.00 | 80.00 ± 1.00 | — | — |" in to_markdown(t2)
+    assert "| FE-MLM + Subword | 74.00 ± 2.00 | 80.00 ± 1.00 | — | — |" in to_markdown(continual)
 
 
-def test_missing_cells_marked_and_empty_in_csv(t2) -> None:
-    span = next(r for r in t2.measured if r.label == "MLM + Span")
-    assert "| MLM + Span | — | — | — | — |" in to_markdown(t2)
-    rows = list(csv.DictReader(io.StringIO(to_csv(t2))))
+def test_missing_cells_marked_and_empty_in_csv(continual) -> None:
+    span = next(r for r in continual.measured if r.label == "MLM + Span")
+    assert "| MLM + Span | — | — | — | — |" in to_markdown(continual)
+    rows = list(csv.DictReader(io.StringIO(to_csv(continual))))
     row = next(r for r in rows if r["model"] == "MLM + Span")
     assert row["ACL-ARC"] == "" and row["ACL-ARC std"] == "" and row["ACL-ARC n"] == ""
     assert span.cells == {}
@@ -105,13 +105,13 @@ def test_missing_cells_marked_and_empty_in_csv(t2) -> None:
     assert float(released["ACL-ARC"]) == pytest.approx(62.0) and released["SciERC"] == ""
 
 
-def test_reported_rows_kept_apart_and_labelled(t2) -> None:
-    md = to_markdown(t2)
+def test_reported_rows_kept_apart_and_labelled(continual) -> None:
+    md = to_markdown(continual)
     measured_part, reported_part = md.split("**Reported, Zheng et al. 2020**")
     assert "DAPT" not in measured_part and "75.34" not in measured_part
     assert "| DAPT (Gururangan et al. 2020) | 75.4 ± 2.5 | 80.8 ± 1.5 | 88.2 ± 5.9 | 93.9 ± 0.2 |" in reported_part
     assert "FE-MLM + Span | 78.06 ± 2.31" in reported_part
-    rows = list(csv.DictReader(io.StringIO(to_csv(t2))))
+    rows = list(csv.DictReader(io.StringIO(to_csv(continual))))
     sources = [r["source"] for r in rows]
     assert set(sources) == {"measured", "reported"}
     assert sources == sorted(sources)  # measured first, then reported: never interleaved
@@ -119,25 +119,25 @@ def test_reported_rows_kept_apart_and_labelled(t2) -> None:
     assert all(not r["citation"] for r in rows if r["source"] == "measured")
 
 
-def test_scale_statement_everywhere(t2, tmp_path: Path) -> None:
+def test_scale_statement_everywhere(continual, tmp_path: Path) -> None:
     for needle in ("tiny test scale", "Model: roberta-base (as released), tiny", "continual-pretrain on cs corpus", "150 steps",
                    "seeds 1, 2, 3", "CPU (2 threads of 2 cores)", "git abc1234"):
-        assert needle in t2.scale_text, needle
-    assert f"**Scale.** {t2.scale_text}" in to_markdown(t2)
-    tex = to_latex(t2)
+        assert needle in continual.scale_text, needle
+    assert f"**Scale.** {continual.scale_text}" in to_markdown(continual)
+    tex = to_latex(continual)
     caption = next(line for line in tex.splitlines() if line.startswith("\\caption{"))
     assert "tiny test scale" in caption and "abc1234" in caption
     from femlm.report.tables import write_table
 
-    paths = write_table(t2, tmp_path / "out")
+    paths = write_table(continual, tmp_path / "out")
     meta = json.loads(Path(paths["meta"]).read_text())
     assert meta["scale"]["phrase"] == "tiny test scale" and meta["scale"]["git_commits"] == ["abc1234"]
     assert meta["scale"]["seeds"] == ["1", "2", "3"]
     assert not Path(paths["csv"]).read_text().startswith("#")  # the CSV stays a clean table
 
 
-def test_latex_booktabs_and_escaping(t2) -> None:
-    tex = to_latex(t2)
+def test_latex_booktabs_and_escaping(continual) -> None:
+    tex = to_latex(continual)
     for rule in ("\\toprule", "\\midrule", "\\bottomrule"):
         assert rule in tex
     assert tex.index("Measured (this code)") < tex.index("Reported (Zheng et al. 2020)")
@@ -148,8 +148,8 @@ def test_latex_booktabs_and_escaping(t2) -> None:
     assert all(line.count(" & ") == 4 for line in body)
 
 
-def test_csv_parses_with_columns_per_task(t2) -> None:
-    rows = list(csv.reader(io.StringIO(to_csv(t2))))
+def test_csv_parses_with_columns_per_task(continual) -> None:
+    rows = list(csv.reader(io.StringIO(to_csv(continual))))
     header = rows[0]
     assert header[:5] == ["source", "model", "ACL-ARC", "ACL-ARC std", "ACL-ARC n"]
     assert header[-1] == "citation" and all(len(r) == len(header) for r in rows)
@@ -174,15 +174,15 @@ def test_mnli_matched_and_mismatched_fill_one_column(tmp_path: Path) -> None:
     pre = femlm_json("fe_subword", command="pretrain-scratch", domain="general")
     write_results(root / "mnli", "mnli", [0.84, 0.86], pre, metric="accuracy", split="dev_matched",
                   extra={"dev_mismatched": [0.80, 0.82]})
-    t1 = glue_table(collect([str(root)]), "s", "c")
-    fe = next(r for r in t1.measured if r.label == "FE-MLM + Subword")
+    glue = glue_table(collect([str(root)]), "s", "c")
+    fe = next(r for r in glue.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["mnli_m"].mean == pytest.approx(85.0) and fe.cells["mnli_mm"].mean == pytest.approx(81.0)
-    assert "| FE-MLM + Subword | 85.00 ± 1.41 / 81.00 ± 1.41 | — |" in to_markdown(t1)
-    header = to_csv(t1).splitlines()[0]
+    assert "| FE-MLM + Subword | 85.00 ± 1.41 / 81.00 ± 1.41 | — |" in to_markdown(glue)
+    header = to_csv(glue).splitlines()[0]
     assert header.startswith("source,model,MNLI-m,MNLI-m std,MNLI-m n,MNLI-mm,")
 
 
-def test_table3_average_only_when_all_nine(tmp_path: Path) -> None:
+def test_glue_average_only_when_all_nine(tmp_path: Path) -> None:
     root = tmp_path / "glue"
     scratch = {m: femlm_json(m, command="pretrain-scratch", domain="general") for m in ("mlm_subword", "fe_subword")}
     names = {"mnli_m": "mnli", "sst2": "sst2", "qnli": "qnli", "qqp": "qqp", "rte": "rte", "mrpc": "mrpc",
@@ -195,19 +195,19 @@ def test_table3_average_only_when_all_nine(tmp_path: Path) -> None:
             write_results(root / f"mlm_{task}", task, [0.7, 0.7], scratch["mlm_subword"], metric="accuracy",
                           split="dev")
     collection = collect([str(root)])
-    t1 = glue_table(collection, "s", "c")
-    t3 = glue_average_table(t1, collection, "s", "c")
-    fe = next(r for r in t3.measured if r.label == "FE-MLM + Subword")
+    glue = glue_table(collection, "s", "c")
+    average = glue_average_table(glue, collection, "s", "c")
+    fe = next(r for r in average.measured if r.label == "FE-MLM + Subword")
     assert fe.cells["avg"].mean == pytest.approx(85.0) and fe.cells["avg"].std == pytest.approx(7.0711, abs=1e-3)
-    mlm = next(r for r in t3.measured if r.label == "MLM + Subword")
+    mlm = next(r for r in average.measured if r.label == "MLM + Subword")
     assert mlm.cells["avg"].mean is None
-    assert any("7/9 GLUE numbers" in n for n in t3.notes)  # no CoLA, no MNLI-mm
-    md = to_markdown(t3)
+    assert any("7/9 GLUE numbers" in n for n in average.notes)  # no CoLA, no MNLI-mm
+    md = to_markdown(average)
     assert "| MLM + Subword | — |" in md and "| BERT-base (ReEval) | 82.5 |" in md.split("**Reported")[1]
 
 
 def test_paper_transcription_is_consistent() -> None:
-    # Table 3's FE-MLM average is the mean of Table 1's nine FE-MLM numbers (83.61 -> 83.6).
+    # The GLUE average's FE-MLM entry is the mean of the GLUE table's nine FE-MLM numbers (83.61 -> 83.6).
     fe = next(r for r in GLUE_REPORTED if "FE-MLM" in r.label)
     avg = sum(parse_reported(fe.cells[t])[0] for t in GLUE_TASKS) / len(GLUE_TASKS)
     reported = next(r for r in GLUE_AVERAGE_REPORTED if r.label == "BERT-base (FE-MLM)")
@@ -250,7 +250,7 @@ def test_bad_inputs(tmp_path: Path) -> None:
 
 
 def test_unreadable_file_skipped_with_note(tmp_path: Path) -> None:
-    root = table2_runs(tmp_path / "runs")
+    root = continual_runs(tmp_path / "runs")
     (root / "broken").mkdir()
     (root / "broken" / "results.json").write_text("{not json")
     manifest = run_report(make_cfg([root], tmp_path / "out", figures=False))
@@ -259,7 +259,7 @@ def test_unreadable_file_skipped_with_note(tmp_path: Path) -> None:
 
 
 def test_overlapping_inputs_counted_once(tmp_path: Path) -> None:
-    root = table2_runs(tmp_path / "runs")
+    root = continual_runs(tmp_path / "runs")
     collection = collect([str(root), str(root / "ft_fe_subword_aclarc"), str(root / "ft_fe_subword_aclarc" /
                                                                                   "results.json")])
     assert len(collection.finetune) == 7

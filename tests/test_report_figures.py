@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_report import femlm_json, make_cfg, table2_runs, write_results
+from test_report import continual_runs, femlm_json, make_cfg, write_results
 
+from femlm.paper import TABLE_NAMES
 from femlm.report.build import efficiency_series, split_series
 from femlm.report.collect import collect
 from femlm.report.report import run_report
@@ -48,7 +49,7 @@ def analysis_run(folder: Path) -> Path:
 
 
 def all_figure_inputs(root: Path) -> Path:
-    table2_runs(root)
+    continual_runs(root)
     for masking in ("mlm_subword", "fe_subword"):
         pretrain_run(root / f"continual_{masking}", masking)
         # an efficiency sweep: fine-tuning results at intermediate steps
@@ -83,10 +84,10 @@ def test_all_figures_written(tmp_path: Path) -> None:
     assert "tiny synthetic" in readme and "![figure4_efficiency](figures/figure4_efficiency.png)" in readme
     assert "- covariance.spearman.rho_pairs: -0.8" in readme and "- variance.ratios.4.ratio: 0.6" in readme
     assert "settings.chunk" not in readme  # only the telling numbers
-    assert "### Table 2" in readme and "**Scale.**" in readme
+    assert f"### {TABLE_NAMES['continual']}" in readme and "**Scale.**" in readme
     assert "| " + str(root / "continual_fe_subword") in readme  # the pre-training runs table
     for suffix in ("md", "tex", "csv", "meta.json"):
-        assert (out / f"table2.{suffix}").is_file()
+        assert (out / f"continual.{suffix}").is_file()
     assert json.loads((out / "report.json").read_text())["counts"]["analysis"] == 2
 
 
@@ -94,7 +95,7 @@ def test_splits_series_and_efficiency_series(tmp_path: Path) -> None:
     collection = collect([str(all_figure_inputs(tmp_path / "runs"))])
     splits = split_series(collection)
     assert [p[0] for p in splits["aclarc"]] == [2, 4, 6, 8]
-    # K=4 of the ablation (ratio 0.125) is not pooled with Table 2's FE-MLM arm (K=4, ratio 0.15).
+    # K=4 of the ablation (ratio 0.125) is not pooled with the continual table's FE-MLM arm (K=4, ratio 0.15).
     assert splits["scierc"][1][1:3] == (75.0, 1.0) and splits["scierc"][1][3] == 3
     eff = efficiency_series(collection)
     assert [p[0] for p in eff["aclarc"]["fe_subword"]] == [50, 100, 150]
@@ -116,7 +117,7 @@ def test_efficiency_json_is_read(tmp_path: Path) -> None:
 
 
 def test_figures_skipped_with_a_note(tmp_path: Path) -> None:
-    root = table2_runs(tmp_path / "runs")
+    root = continual_runs(tmp_path / "runs")
     out = tmp_path / "out"
     manifest = run_report(make_cfg([root], out))
     figures = {f["key"]: f for f in manifest["figures"]}
@@ -131,7 +132,7 @@ def test_stale_figures_removed_on_rerun(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_report(make_cfg([root], out))
     assert (out / "figures" / "ablation_splits.png").is_file()
-    run_report(make_cfg([table2_runs(tmp_path / "other")], out))
+    run_report(make_cfg([continual_runs(tmp_path / "other")], out))
     assert not (out / "figures" / "ablation_splits.png").exists()
     assert not (out / "figures" / "analysis").exists()
 
@@ -140,12 +141,12 @@ def test_corpus_and_commit_of_pretraining_in_scale(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     run_dir = pretrain_run(root / "continual_fe_subword", "fe_subword")
     write_results(root / "ft", "aclarc", [0.7, 0.72], femlm_json("fe_subword", run_dir=str(run_dir)))
-    manifest = run_report(make_cfg([root], tmp_path / "out", tables=["table2"], figures=False))
-    meta = json.loads(Path(manifest["tables"]["table2"]["meta"]).read_text())
+    manifest = run_report(make_cfg([root], tmp_path / "out", tables=["continual"], figures=False))
+    meta = json.loads(Path(manifest["tables"]["continual"]["meta"]).read_text())
     assert "tokens seen 614,400" in meta["scale_text"] and "subsampled to 2,000 documents" in meta["scale_text"]
     assert "beef123" in meta["scale_text"] and "abc1234" in meta["scale_text"]
     assert "train split 3,036 documents, 785,242 tokens, 6,134 blocks" in meta["scale_text"]
-    assert not (tmp_path / "out" / "table1.md").exists()
+    assert not (tmp_path / "out" / "glue.md").exists()
 
 
 def test_majority_class_reference_row(tmp_path: Path) -> None:
@@ -153,18 +154,18 @@ def test_majority_class_reference_row(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     data["majority_baseline"] = {"prediction": "Background", "test": {"macro_f1": 0.1127}}
     path.write_text(json.dumps(data))
-    run_report(make_cfg([tmp_path / "r"], tmp_path / "out", tables=["table2"], figures=False))
-    md = (tmp_path / "out" / "table2.md").read_text()
+    run_report(make_cfg([tmp_path / "r"], tmp_path / "out", tables=["continual"], figures=False))
+    md = (tmp_path / "out" / "continual.md").read_text()
     assert "| majority class (reference) | 11.27 | — | — | — |" in md.split("**Reported")[0]
 
 
 def test_cli_report(cli, tmp_path: Path) -> None:
-    root = table2_runs(tmp_path / "runs")
+    root = continual_runs(tmp_path / "runs")
     out = tmp_path / "results" / "tiny"
     result = cli("report", f"report.inputs=[{root}]", f"report.out_dir={out}",
-                 "report.scale='tiny: 4 layers, 150 steps'", "report.tables=[table2]", "report.figures=false",
+                 "report.scale='tiny: 4 layers, 150 steps'", "report.tables=[continual]", "report.figures=false",
                  f"hydra.run.dir={tmp_path / 'report_run'}")
     assert result.code == 0, result.stderr
-    assert "tiny: 4 layers, 150 steps" in (out / "table2.md").read_text()
+    assert "tiny: 4 layers, 150 steps" in (out / "continual.md").read_text()
     assert (tmp_path / "report_run" / "report.json").is_file()
     # (Bad inputs -> UserError is checked in-process in test_report.py: a second CLI start costs ~15 s.)

@@ -31,6 +31,56 @@ def test_t_interval_welch_and_paired_match_textbook_values() -> None:
     assert st.verdict(st.Interval(0.5, -0.2, 1.8, 3)) == "no difference detected"
 
 
+# The hand-written formulas femlm used before scipy.stats computed its t-based intervals (issue 30): scipy must
+# give the same numbers, to rounding.
+def _old_t(values: list[float], level: float = 0.95) -> tuple[float, ...]:
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    n, mean, std = len(x), float(x.mean()), float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * std / math.sqrt(n)
+    p = float(2 * stats.t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
+    return mean, mean - half, mean + half, p, n - 1
+
+
+def _old_welch(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, ...]:
+    from scipy import stats
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    est, se = float(x.mean() - y.mean()), math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return est, est - half, est + half, float(2 * stats.t.sf(abs(est) / se, df)), float(df)
+
+
+SAMPLES = [[1.0, 2.0, 3.0], [0.1, 0.3, 0.2, 0.25], [5.0, 5.0, 5.1], [1e10, 1e10 + 3, 1e10 + 7], [-2.0, -1.0],
+           [3.0, 3.0001], [7.1, 7.1, 7.1000000001], np.random.default_rng(0).normal(0, 1, 7).tolist(),
+           np.random.default_rng(1).lognormal(0, 2, 5).tolist(), np.log([3e12, 4e12, 5e12]).tolist()]
+
+
+def _same(new: tuple[float, ...], old: tuple[float, ...]) -> bool:
+    return all(math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300) for a, b in zip(new, old, strict=True))
+
+
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_scipy_gives_the_numbers_of_the_old_formulas(level: float) -> None:
+    for x in SAMPLES:
+        ci = st.t_interval(x, level)
+        assert _same((ci.estimate, ci.low, ci.high, ci.p, ci.df), _old_t(x, level)), x
+        for y in SAMPLES:
+            w = st.welch(x, y, level)
+            assert _same((w.estimate, w.low, w.high, w.p, w.df), _old_welch(x, y, level)), (x, y)
+            if len(x) == len(y) and x is not y:
+                d = [a - b for a, b in zip(x, y, strict=True)]
+                pd = st.paired(x, y, level)
+                assert _same((pd.estimate, pd.low, pd.high, pd.p, pd.df), _old_t(d, level)), (x, y)
+    # no spread: a zero-width interval, p 1 or 0 (scipy's statistic would be 0/0 or infinite)
+    flat = st.t_interval([2.0, 2.0, 2.0])
+    assert (flat.low, flat.high, flat.p, flat.df) == (2.0, 2.0, 0.0, 2)
+    assert st.welch([1.0, 1.0], [1.0, 1.0]).p == 1.0 and math.isnan(st.welch([1.0, 1.0], [1.0, 1.0]).df)
+
+
 def test_flops_to_reach_interpolates_the_first_crossing() -> None:
     x, y = [0.0, 10.0, 20.0, 30.0], [5.0, 4.0, 3.0, 3.5]
     assert st.flops_to_reach((x, y), 3.5) == pytest.approx(15.0)

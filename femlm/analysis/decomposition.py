@@ -97,7 +97,7 @@ from femlm.masking import make_generator
 
 from .decomposition_check import check_batches, check_rows_fit
 from .estimators import GradFn, Progress, reference_stats
-from .intervals import interval_note, unit_ci
+from .intervals import interval_note, unit_interval
 from .masks import sample_kmasks, sample_uniform
 from .sketch import CountSketch, gram
 from .units import pool_unit_arrays, robust_terms
@@ -316,7 +316,7 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
     specs = arm_specs(ks, rows)
 
     def seq_ci(samples: np.ndarray) -> list[float]:
-        return unit_ci(samples, pool)  # the pool's sequences are the bootstrap's units
+        return unit_interval(samples, pool).bounds  # the pool's sequences are the bootstrap's units
 
     def measured(key: tuple[str, int, str], counts: np.ndarray | None = None) -> Any:
         if measured_x is None:
@@ -351,10 +351,10 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
             row["per_compute_vs_mlm_ci"] = seq_ci(b_pred * spec["rows"] / (predicted_variance(boot, mlm) * rows))
             if batch_counts is not None:
                 b_meas = measured(key, batch_counts)
-                row["measured_var_ci"] = unit_ci(b_meas, batches)
-                row["measured_over_predicted_ci"] = unit_ci(b_meas / b_check, min(batches, pool))
-                row["measured_per_compute_vs_mlm_ci"] = unit_ci(
-                    b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows), batches)
+                row["measured_var_ci"] = unit_interval(b_meas, batches).bounds
+                row["measured_over_predicted_ci"] = unit_interval(b_meas / b_check, min(batches, pool)).bounds
+                row["measured_per_compute_vs_mlm_ci"] = unit_interval(
+                    b_meas * spec["rows"] / (measured(mlm_key, batch_counts) * rows), batches).bounds
         out_rows.append(row)
 
     # ------------------------------------------------------------------ terms and verdicts

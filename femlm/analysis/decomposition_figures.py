@@ -1,4 +1,5 @@
-"""Figures of `femlm analyze decomposition` (matplotlib, Agg backend), every estimate with its 95% interval.
+"""Figures of `femlm analyze decomposition` (matplotlib set up by femlm.outputs), every estimate with its 95%
+interval.
 
 * ``decomposition.png``: (a) the terms sigma_d2, sigma_m2, c_FE(K), c_iid(K); (b) variance x rows per step
   (per unit compute) of every arm against K, predicted and measured; (c) measured / predicted per arm and mode.
@@ -11,13 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # headless: must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .figures import save  # noqa: E402
+from femlm.outputs import pyplot, save_figure
 
 
 def _err(value: Any, ci: Sequence[float]) -> np.ndarray | None:
@@ -30,7 +27,7 @@ def _err(value: Any, ci: Sequence[float]) -> np.ndarray | None:
 
 
 def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], path: Path, title: str) -> Path:
-    fig, (left, mid, right) = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, (left, mid, right) = pyplot().subplots(1, 3, figsize=(16, 4.6))
     # (a) the terms
     labels, values, cis, colors = ["sigma_d2", "sigma_m2"], [terms["sigma_d2"], terms["sigma_m2"]], [], ["C0", "C1"]
     for k, t in terms["c_fe_by_K"].items():
@@ -95,11 +92,11 @@ def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], pa
     right.invert_yaxis()
     right.set_xlabel("measured / predicted batch variance")
     right.set_title("direct check (95% CI)", fontsize=9)
-    return save(fig, path, title)
+    return save_figure(fig, path, title)
 
 
 def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], path: Path, title: str) -> Path:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4.2))
     x = np.array([r["h_mean"] for r in rows])
     for key, label, color in (("measured", "measured Cov(H)", "C0"), ("additive", "additive null model", "C1")):
         value = np.array([r[key] for r in rows])
@@ -125,4 +122,4 @@ def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], pat
     right.set_xlabel("Hamming distance H(m1, m2)")
     right.set_ylabel("residual covariance")
     right.legend(fontsize=8)
-    return save(fig, path, title)
+    return save_figure(fig, path, title)

@@ -43,7 +43,7 @@ from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .null_model import null_model_cost, null_model_study
 from .studies import make_reference, resolve_variance_tau
-from .tables import publish, write_csv
+from .tables import publish, write_rows
 from .units import write_units
 
 
@@ -128,10 +128,10 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
                    "total": round(time.time() - start, 2)},
         "hardware": hardware(),
     }
-    files = [write_csv(out / "decomposition.csv", res.rows),
+    files = [write_rows(out / "decomposition.csv", res.rows),
              plot_decomposition(res.rows, res.terms, out / "decomposition.png", title),
-             write_csv(out / "null_model.csv", null.rows),
-             write_csv(out / "null_model_pairs.csv", null.pairs),
+             write_rows(out / "null_model.csv", null.rows),
+             write_rows(out / "null_model_pairs.csv", null.pairs),
              plot_null_model(null.rows, null.summary, out / "null_model.png", f"Additive null model: {title}"),
              write_units(out / "units.npz", res.units, null.units)]
     md = out / "decomposition.md"

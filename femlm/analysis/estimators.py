@@ -27,6 +27,8 @@ from scipy import stats
 
 from femlm.stop import check
 
+from .intervals import Interval, percentile_interval
+
 # grad_fn(seq_idx[N], masks[N, L]) -> Tensor[N, P]: per-row gradients (see gradients.MaskedLMGradients).
 GradFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -123,20 +125,6 @@ def kmask_terms(grams: torch.Tensor, ref: Reference, k: int) -> dict[str, torch.
 
 
 # ---------------------------------------------------------------------------------------------- bootstrap
-def percentile_ci(samples: np.ndarray) -> list[float]:
-    """[low, high]: the 2.5% and 97.5% quantiles of the finite bootstrap replicates (nan, nan when none)."""
-    finite = samples[np.isfinite(samples)]
-    if finite.size == 0:
-        return [float("nan"), float("nan")]
-    low, high = np.quantile(finite, [0.025, 0.975])
-    return [float(low), float(high)]
-
-
-def _interval(samples: np.ndarray) -> tuple[float, float]:
-    low, high = percentile_ci(samples)
-    return low, high
-
-
 def _rank_rows(values: np.ndarray) -> np.ndarray:
     """Ranks along the last axis (ties broken by order: bin means are continuous, ties have measure 0)."""
     return values.argsort(axis=-1).argsort(axis=-1).astype(np.float64)
@@ -182,32 +170,36 @@ def spearman_summary(hams: np.ndarray, covs: np.ndarray, bins: np.ndarray, n_boo
     if n_boot > 0:
         boot_means = bin_bootstrap(covs, bins, n_boot, rng)
         rho_b = _pearson_rows(_rank_rows(boot_means), np.arange(labels.size, dtype=np.float64)[None, :])
-        out["ci_bins"] = list(_interval(rho_b)) if labels.size >= 3 else [float("nan")] * 2
+        out["ci_bins"] = percentile_interval(rho_b).bounds if labels.size >= 3 else [float("nan")] * 2
         rho_p = np.empty(n_boot)
         for i in range(n_boot):
             check("the analysis's bootstrap")
             idx = np.concatenate([rng.choice(np.flatnonzero(bins == b), size=int((bins == b).sum()))
                                   for b in labels])
             rho_p[i] = stats.spearmanr(hams[idx], covs[idx]).statistic if np.ptp(hams[idx]) > 0 else np.nan
-        out["ci_pairs"] = list(_interval(rho_p))
-        out["bin_ci"] = [list(_interval(boot_means[:, j])) for j in range(labels.size)]
+        out["ci_pairs"] = percentile_interval(rho_p).bounds
+        out["bin_ci"] = [percentile_interval(boot_means[:, j]).bounds for j in range(labels.size)]
     return out
 
 
-def mean_interval(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile bootstrap 95% interval of a mean."""
+def bootstrap_mean_interval(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> Interval:
+    """The mean of ``values`` with its percentile bootstrap 95% interval (the values resampled)."""
+    mean = float(values.mean()) if values.size else float("nan")
     if n_boot == 0 or values.size == 0:
-        return float("nan"), float("nan")
-    return _interval(values[rng.integers(0, values.size, size=(n_boot, values.size))].mean(axis=1))
+        return Interval(mean, float("nan"), float("nan"), int(values.size), method="percentile bootstrap")
+    boot = values[rng.integers(0, values.size, size=(n_boot, values.size))].mean(axis=1)
+    return percentile_interval(boot, mean, int(values.size))
 
 
-def ratio_interval(num: np.ndarray, den: np.ndarray, n_boot: int,
-                   rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile bootstrap 95% interval of ``mean(num) / mean(den)``; the two arms are independent draws,
+def bootstrap_ratio_interval(num: np.ndarray, den: np.ndarray, n_boot: int,
+                             rng: np.random.Generator) -> Interval:
+    """``mean(num) / mean(den)`` with its percentile bootstrap 95% interval; the two arms are independent draws,
     so each is resampled on its own."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = float(num.mean() / den.mean())
     if n_boot == 0:
-        return float("nan"), float("nan")
+        return Interval(ratio, float("nan"), float("nan"), int(min(num.size, den.size)), method="percentile bootstrap")
     a = num[rng.integers(0, num.size, size=(n_boot, num.size))].mean(axis=1)
     b = den[rng.integers(0, den.size, size=(n_boot, den.size))].mean(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _interval(a / b)
+        return percentile_interval(a / b, ratio, int(min(num.size, den.size)))

@@ -1,4 +1,4 @@
-"""Figures of the gradient study (matplotlib, Agg backend: no display needed).
+"""Figures of the gradient study (matplotlib set up by femlm.outputs: Agg backend, no display needed).
 
 * ``covariance_distribution.png``: the paper's Figure 2, the distribution of Cov(g(m1), g(m2)) per
   Hamming-distance bin (violins with the quartiles).
@@ -13,21 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # headless: runs on servers and in tests; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-
-def save(fig: Any, path: Path, title: str | None = None) -> Path:
-    """Write `fig` to `path` (a suptitle first when given) and free it."""
-    if title is not None:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+from femlm.outputs import pyplot, save_figure
 
 
 def _bin_label(row: dict[str, Any]) -> str:
@@ -40,7 +28,7 @@ def plot_covariance_distribution(rows: Sequence[dict[str, Any]], summary: Sequen
     covs = np.array([r["cov"] for r in rows])
     bins = np.array([r["bin"] for r in rows])
     data = [covs[bins == s["bin"]] for s in summary]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     positions = np.arange(len(data))
     many = [i for i, d in enumerate(data) if d.size >= 2]  # a violin needs two points
     if many:
@@ -55,12 +43,12 @@ def plot_covariance_distribution(rows: Sequence[dict[str, Any]], summary: Sequen
     ax.set_xlabel("Hamming distance H(m1, m2)")
     ax.set_ylabel("Cov(g(m1), g(m2))")
     ax.set_title(title, fontsize=10)
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_covariance_vs_hamming(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]],
                                spearman: dict[str, Any], path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     ax.scatter([r["hamming"] for r in rows], [r["cov"] for r in rows], s=6, alpha=0.25, color="C0",
                linewidths=0, label="mask pairs")
     x = np.array([s["h_mean"] for s in summary])
@@ -77,12 +65,12 @@ def plot_covariance_vs_hamming(rows: Sequence[dict[str, Any]], summary: Sequence
     ax.set_xlabel("Hamming distance H(m1, m2)")
     ax.set_ylabel("Cov(g(m1), g(m2))")
     ax.legend(fontsize=8)
-    return save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_variance(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     ks = np.array([r["K"] for r in rows])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 4))
     for key, label, color in (("iid", "i.i.d. masks", "C0"), ("fe", "fully-explored", "C3")):
         var = np.array([r[f"var_{key}"] for r in rows])
         ci = np.array([r[f"var_{key}_ci"] for r in rows], dtype=float)
@@ -104,4 +92,4 @@ def plot_variance(rows: Sequence[dict[str, Any]], path: Path, title: str) -> Pat
     right.set_xlabel("K (masks per sequence)")
     right.set_ylabel("Var_FE / Var_iid")
     right.legend(fontsize=8)
-    return save(fig, path, title)
+    return save_figure(fig, path, title)

@@ -18,11 +18,21 @@ for exponential or lognormal(0.5) data from n = 10 on, but 0.86-0.89 at n = 6-8.
 first size at which the intervals cover at least 90% for skewed data and nominally for normal data, with a
 margin over 10. Below it femlm prints no interval and draws no verdict. Heavy tails (lognormal(1)) are
 undercovered at every n up to 40 (0.83-0.89): that is what the heavy-tail gate (`gates`) is for.
+
+`Interval` is femlm's one interval type: these bootstraps return it, and so do the evidence study's t-intervals
+(femlm.study.stats, which imports it from here: analysis sits below study). Result files hold an interval as its
+``bounds``, ``[low, high]``.
+
+The bootstraps are femlm's own, not ``scipy.stats.bootstrap``: femlm resamples *units* with multinomial counts
+(``rng.multinomial``) applied to per-unit terms, so that every estimate built from the same units (a ratio's
+numerator and denominator, the decomposition's terms) is resampled jointly, from seeded streams; scipy's
+bootstrap draws its own indices and would not give the same numbers (nor the expanded percentile levels).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +40,39 @@ from scipy import stats
 
 MIN_UNITS = 12
 LEVEL = 0.95
+NAN = float("nan")
+
+
+@dataclass
+class Interval:
+    """An estimate (a mean, difference or ratio; NaN where only the bounds were computed) with its interval;
+    ``n`` the number of units behind it (seeds, sequences; 0 where not known)."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+    std: float = NAN  # sample standard deviation of the units (where meaningful)
+    p: float = NAN  # two-sided p-value of "no difference" (differences only)
+    df: float = NAN
+    method: str = ""
+    bound: str = ""  # "", "lower" (true value >= estimate) or "upper" (<=): censored inputs
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+    @property
+    def bounds(self) -> list[float]:
+        """[low, high]: how result files (decomposition.json, variance.csv, ...) hold an interval."""
+        return [self.low, self.high]
+
+    @property
+    def excludes_zero(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 0 or self.high < 0)
+
+    @property
+    def excludes_one(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 1 or self.high < 1)
 
 
 def expanded_levels(units: int, level: float = LEVEL) -> tuple[float, float]:
@@ -41,15 +84,25 @@ def expanded_levels(units: int, level: float = LEVEL) -> tuple[float, float]:
     return low, 1 - low
 
 
-def unit_ci(samples: np.ndarray, units: int, level: float = LEVEL) -> list[float]:
-    """[low, high] of bootstrap replicates over ``units`` resampled units: the expanded percentile interval.
+def unit_interval(samples: np.ndarray, units: int, level: float = LEVEL) -> Interval:
+    """The expanded percentile interval of bootstrap replicates over ``units`` resampled units.
 
-    Non-finite replicates are dropped; [nan, nan] when none is left."""
+    Non-finite replicates are dropped; NaN bounds when none is left."""
     finite = samples[np.isfinite(samples)]
     if finite.size == 0:
-        return [float("nan"), float("nan")]
+        return Interval(NAN, NAN, NAN, units, method="expanded percentile bootstrap")
     low, high = np.quantile(finite, expanded_levels(units, level))
-    return [float(low), float(high)]
+    return Interval(NAN, float(low), float(high), units, method="expanded percentile bootstrap")
+
+
+def percentile_interval(samples: np.ndarray, estimate: float = NAN, units: int = 0) -> Interval:
+    """The plain 95% percentile interval of bootstrap replicates: their 2.5% and 97.5% quantiles, non-finite
+    replicates dropped (NaN bounds when none is left)."""
+    finite = samples[np.isfinite(samples)]
+    if finite.size == 0:
+        return Interval(estimate, NAN, NAN, units, method="percentile bootstrap")
+    low, high = np.quantile(finite, [0.025, 0.975])
+    return Interval(estimate, float(low), float(high), units, method="percentile bootstrap")
 
 
 def interval_note(unit: str, count: int, resamples: int, method: str = "expanded percentile bootstrap") -> dict[str, Any]:

@@ -60,8 +60,8 @@ from scipy import stats
 
 from femlm.masking import make_generator
 
-from .estimators import GradFn, Progress, Reference, group_grams, percentile_ci
-from .intervals import interval_note, unit_ci
+from .estimators import GradFn, Progress, Reference, group_grams
+from .intervals import interval_note, percentile_interval, unit_interval
 from .masks import sample_kmasks
 from .studies import covariance_study
 
@@ -158,7 +158,7 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
         boot = {"measured": m_b, "additive": a_b, "residual": m_b - a_b}
 
     def band(name: str, j: int) -> list[float]:
-        return list(NAN2) if boot is None else percentile_ci(boot[name][:, j])
+        return list(NAN2) if boot is None else percentile_interval(boot[name][:, j]).bounds
 
     edges = {s["bin"]: (s["h_low"], s["h_high"]) for s in cov.summary}
     rows = []
@@ -191,13 +191,14 @@ def null_model_study(grad_fn: GradFn, valid: torch.Tensor, tau: int, budget: int
                 "residual_rho_bins"):
         summary[f"{key}_ci"] = list(NAN2)
     if boot is not None:
-        summary["measured_decrease_ci"] = percentile_ci(decrease(boot["measured"]))
-        summary["additive_decrease_ci"] = percentile_ci(decrease(boot["additive"]))
-        summary["residual_decrease_ci"] = percentile_ci(decrease(boot["residual"]))
+        summary["measured_decrease_ci"] = percentile_interval(decrease(boot["measured"])).bounds
+        summary["additive_decrease_ci"] = percentile_interval(decrease(boot["additive"])).bounds
+        summary["residual_decrease_ci"] = percentile_interval(decrease(boot["residual"])).bounds
         with np.errstate(invalid="ignore", divide="ignore"):
-            summary["fraction_explained_ci"] = percentile_ci(decrease(boot["additive"]) / decrease(boot["measured"]))
+            summary["fraction_explained_ci"] = percentile_interval(
+                decrease(boot["additive"]) / decrease(boot["measured"])).bounds
         if labels.size >= 3:
-            summary["residual_rho_bins_ci"] = percentile_ci(_spearman_rows(boot["residual"]))
+            summary["residual_rho_bins_ci"] = percentile_interval(_spearman_rows(boot["residual"])).bounds
     seq_units = _by_sequence(cov.per_sequence, members, o_bins, d2, n_np, tau)
     rows, summary["by_sequence"] = _sequence_intervals(seq_units, rows, n_boot, seed, tau)
     pairs = [{**r, "additive": float(a), "residual": float(c)}
@@ -248,7 +249,8 @@ def _sequence_intervals(u: dict[str, np.ndarray], rows: list[dict[str, Any]], n_
                 "fraction_explained": (a_b[:, 0] - a_b[:, -1]) / (m_b[:, 0] - m_b[:, -1]),
                 "residual_rho_bins": (_spearman_rows(r_b) if r_b.shape[1] >= 3 else np.full(n_boot, np.nan)),
                 "additive_share_of_var": (w @ var_add_s) / (w @ u["null_var_single"]), "d2_mean": w @ d2_s}
-    out.update({f"{k}_ci": unit_ci(boot[k], seqs) for k in keys})
-    rows = [{**r, "measured_ci_seq": unit_ci(m_b[:, j], seqs), "additive_ci_seq": unit_ci(a_b[:, j], seqs),
-             "residual_ci_seq": unit_ci(r_b[:, j], seqs)} for j, r in enumerate(rows)]
+    out.update({f"{k}_ci": unit_interval(boot[k], seqs).bounds for k in keys})
+    rows = [{**r, "measured_ci_seq": unit_interval(m_b[:, j], seqs).bounds,
+             "additive_ci_seq": unit_interval(a_b[:, j], seqs).bounds,
+             "residual_ci_seq": unit_interval(r_b[:, j], seqs).bounds} for j, r in enumerate(rows)]
     return rows, out

@@ -47,7 +47,7 @@ from femlm.masking import make_generator
 from .decomposition import pool_terms, term_estimates
 from .estimators import GradFn, Progress
 from .gates import passes_gates
-from .intervals import MIN_UNITS, interval_note, median_of_means, unit_ci
+from .intervals import MIN_UNITS, interval_note, median_of_means, unit_interval
 from .masks import sample_kmasks
 
 STREAM_IID, STREAM_FE, STREAM_BOOT = 41, 42, 43
@@ -117,7 +117,7 @@ def passes_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau
     boot = term_estimates(terms, counts) if counts is not None else None
 
     def ci(values: np.ndarray | None) -> list[float]:  # no interval below MIN_UNITS sequences (intervals.py)
-        return [float("nan")] * 2 if values is None or pool < MIN_UNITS else unit_ci(values, pool)
+        return [float("nan")] * 2 if values is None or pool < MIN_UNITS else unit_interval(values, pool).bounds
 
     rows = []
     for j, k in enumerate(ks):

@@ -23,7 +23,7 @@ from .gradients import MaskedLMGradients
 from .masks import valid_positions
 from .passes import DRIFT_NOTE, passes_cost, passes_study
 from .studies import resolve_variance_tau
-from .tables import publish, write_csv
+from .tables import publish, write_rows
 
 
 def _ci(value: float, ci: list[float]) -> str:
@@ -125,7 +125,7 @@ def analyze_passes(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, i
                 for s in range(pool) for j, k in enumerate(num_masks)]
     csv_rows = [{**r, "gates": "; ".join(r["gates"]), "prediction_gates": "; ".join(r["prediction_gates"])}
                 for r in res.rows]
-    files = [write_csv(out / "passes.csv", csv_rows), write_csv(out / "passes_sequences.csv", seq_rows)]
+    files = [write_rows(out / "passes.csv", csv_rows), write_rows(out / "passes_sequences.csv", seq_rows)]
     md = out / "passes.md"
     md.write_text(passes_markdown(summary, res.rows, title))
     files.append(md)

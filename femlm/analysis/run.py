@@ -46,7 +46,7 @@ from .studies import (
     variance_cost,
     variance_study,
 )
-from .tables import publish, write_csv
+from .tables import publish, write_rows
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -178,8 +178,8 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
         t0 = time.time()
         res = covariance_study(grads, valid, acfg.tau, acfg.budget, acfg.hamming_bins, reference(acfg.tau),
                                cfg.seed, chunk, acfg.bootstrap, bar)
-        files += [write_csv(out / "covariance.csv", res.rows),
-                  write_csv(out / "covariance_summary.csv", res.summary),
+        files += [write_rows(out / "covariance.csv", res.rows),
+                  write_rows(out / "covariance_summary.csv", res.summary),
                   plot_covariance_distribution(res.rows, res.summary, out / "covariance_distribution.png", title),
                   plot_covariance_vs_hamming(res.rows, res.summary, res.spearman,
                                              out / "covariance_vs_hamming.png", title)]
@@ -192,7 +192,7 @@ def analyze(cfg: Any, run: Any, model: torch.nn.Module, tokenizer: Any, input_id
         assert tau_v is not None
         res_v = variance_study(grads, valid, list(acfg.num_masks), tau_v, acfg.budget, reference(tau_v), cfg.seed,
                                chunk, acfg.bootstrap, bar)
-        files += [write_csv(out / "variance.csv", res_v.rows),
+        files += [write_rows(out / "variance.csv", res_v.rows),
                   plot_variance(res_v.rows, out / "variance.png", title)]
         md = out / "variance.md"
         md.write_text(variance_markdown(res_v.rows, f"K-mask gradient variance: {title}"))

@@ -32,10 +32,10 @@ from .estimators import (
     GradFn,
     Progress,
     Reference,
+    bootstrap_mean_interval,
+    bootstrap_ratio_interval,
     group_grams,
     kmask_terms,
-    mean_interval,
-    ratio_interval,
     reference_stats,
     spearman_summary,
 )
@@ -180,12 +180,14 @@ def variance_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], t
         v_iid, v_fe = terms["iid"]["var"].numpy(), terms["fe"]["var"].numpy()
         t_iid = var1 / k
         t_fe = var1 / k + (1 - 1 / k) * cov_fe
-        low, high = ratio_interval(v_fe, v_iid, n_boot, rng)
+        ratio = bootstrap_ratio_interval(v_fe, v_iid, n_boot, rng)
+        var_iid = bootstrap_mean_interval(v_iid, n_boot, rng)
+        var_fe = bootstrap_mean_interval(v_fe, n_boot, rng)
         rows.append({
             "K": k, "tau": tau, "draws": budget,
-            "var_iid": float(v_iid.mean()), "var_iid_ci": list(mean_interval(v_iid, n_boot, rng)),
-            "var_fe": float(v_fe.mean()), "var_fe_ci": list(mean_interval(v_fe, n_boot, rng)),
-            "ratio": float(v_fe.mean() / v_iid.mean()), "ci_low": low, "ci_high": high,
+            "var_iid": var_iid.estimate, "var_iid_ci": var_iid.bounds,
+            "var_fe": var_fe.estimate, "var_fe_ci": var_fe.bounds,
+            "ratio": ratio.estimate, "ci_low": ratio.low, "ci_high": ratio.high,
             "theorem1_var_iid": t_iid, "theorem1_var_fe": t_fe, "theorem1_prediction": t_fe / t_iid,
             # Theorem 1 with each arm's own one- and two-mask terms: equal to var_* up to rounding.
             "identity_fe": float((terms["fe"]["single"] / k + (1 - 1 / k) * terms["fe"]["cross"]).mean()),

@@ -1,16 +1,19 @@
-"""The CSV tables `femlm analyze` writes (covariance, variance, decomposition, null model)."""
+"""The CSV tables `femlm analyze` writes (covariance, variance, decomposition, null model, passes), through the one
+CSV writer (femlm.outputs), and the copy of a run's files to results_dir."""
 
 from __future__ import annotations
 
-import csv
 import shutil
 from pathlib import Path
 from typing import Any
 
+from femlm.outputs import CRLF, write_csv
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+
+def interval_columns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each [low, high] value (an interval's bounds) as two columns, ``<key>_low`` and ``<key>_high``."""
     flat = []
-    for row in rows:  # [low, high] lists become two columns
+    for row in rows:
         out: dict[str, Any] = {}
         for key, value in row.items():
             if isinstance(value, (list, tuple)):
@@ -18,11 +21,12 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
             else:
                 out[key] = value
         flat.append(out)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(flat[0]))
-        writer.writeheader()
-        writer.writerows(flat)
-    return path
+    return flat
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """An analysis table: intervals as two columns, the csv module's line ends (as these files have always had)."""
+    return write_csv(path, interval_columns(rows), line_end=CRLF)
 
 
 def publish(files: list[Path], results_dir: str | None, domain: str, model_info: dict[str, Any]) -> str | None:

@@ -9,7 +9,8 @@ from femlm.errors import UserError, require_positive
 
 @dataclass
 class FinetuneConfig:
-    # One fine-tuning run per seed; results report mean ± sample std over them (the paper's Table 2 form).
+    # One fine-tuning run per seed; results report mean ± sample std over them (as the paper's continual
+    # pre-training table does).
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     # Overrides of the task's recipe (None: the task config's value).
     epochs: float | None = None

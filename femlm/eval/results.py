@@ -24,7 +24,7 @@ import numpy as np
 
 
 def mean_std(values: Sequence[float]) -> dict[str, float | int | None]:
-    """Mean and sample standard deviation (ddof=1, as Table 2's "mean ± std" over seeds); n=1 -> std 0."""
+    """Mean and sample standard deviation (ddof=1, as the continual table's "mean ± std" over seeds); n=1 -> std 0."""
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     n = int(arr.size)
     if n == 0:

@@ -1,7 +1,7 @@
 """`python -m femlm.experiment NAME [NAME...]`: run experiment files end to end, resumably.
 
     python -m femlm.experiment tiny                        # make reproduce-tiny
-    python -m femlm.experiment table2_cs table2_news       # make reproduce-table2: both halves, one report
+    python -m femlm.experiment continual_cs continual_news # make reproduce-continual: both halves, one report
     python -m femlm.experiment study_base --plan           # list the steps, their state and commands; run nothing
     python -m femlm.experiment --list
 

@@ -4,7 +4,7 @@ In order: verify the data mirror (femlm download), fine-tune the released model 
 arm from scratch and/or continue it (``scratch``, ``continual``), fine-tune the last stage's checkpoints on every
 task (``finetune``), sweep saved checkpoints (``efficiency``), the split ablation (``ablation``), the gradient
 analysis before / after (``analysis``), and one `femlm report` over every experiment named. A step that reads
-another experiment's run (figures reads table2_cs's continual runs) brings that run's step along, first; a run
+another experiment's run (figures reads continual_cs's continual runs) brings that run's step along, first; a run
 named twice is planned once. Run directories: ``<runs_dir>/<stage>_<arm>``, ``finetune_<arm>_<task>``, ...
 """
 

@@ -41,8 +41,8 @@ ARM_LABELS = {"mlm_subword": "MLM + Subword", "fe_subword": "FE-MLM + Subword",
               "fe_span": "FE-MLM + Span", "iid_span": "i.i.d. K-mask + Span (control)",
               "mlm_bernoulli": "MLM (Bernoulli) + Subword", "mlm_wwm": "MLM + Whole word"}
 # Rows every table shows even when nothing was measured for them: the paper's own comparison.
-CORE_ARMS = {"table2": ("mlm_subword", "fe_subword", "mlm_span", "fe_span"),
-             "table1": ("mlm_subword", "fe_subword")}
+CORE_ARMS = {"continual": ("mlm_subword", "fe_subword", "mlm_span", "fe_span"),
+             "glue": ("mlm_subword", "fe_subword")}
 DEFAULT_NUM_MASKS = {"fully_explored": 4, "iid": 4, "random": 1}  # the paper's K=4 for FE-MLM
 VALUE = "mean ± std over fine-tuning seeds of each task's main metric × 100"
 
@@ -67,11 +67,11 @@ def row_key(result: FinetuneResult, table: str) -> RowKey:
     if arm.stage == "none":
         checkpoint = str(result.raw.get("checkpoint") or "checkpoint")
         name = checkpoint.rstrip("/").split("/")[-1] if "/" in checkpoint and len(checkpoint) > 40 else checkpoint
-        what = "no continual pre-training" if table == "table2" else "no pre-training: released checkpoint"
+        what = "no continual pre-training" if table == "continual" else "no pre-training: released checkpoint"
         return RowKey((0, 0), f"{what} ({name})")
-    if table == "table2" and arm.stage == "scratch":
+    if table == "continual" and arm.stage == "scratch":
         return RowKey((1, rank), f"no continual pre-training (from scratch: {arm_label(arm.masking)})")
-    if table != "table2" and arm.stage == "continual":
+    if table != "continual" and arm.stage == "continual":
         return RowKey((3, rank), f"{arm_label(arm.masking)} (continual, {result.pretrain.get('domain')})")
     return RowKey((2, rank), arm_label(arm.masking))
 
@@ -142,7 +142,7 @@ def measured_rows(collection: Collection, table: str, tasks: tuple[str, ...], de
                 groups[row_key(result, table)][task].append(result)
     for masking in CORE_ARMS.get(table, ()):
         groups.setdefault(RowKey((2, ARM_ORDER.index(masking)), arm_label(masking)), defaultdict(list))
-    if table == "table2" and not any(k.order[0] in (0, 1) for k in groups):
+    if table == "continual" and not any(k.order[0] in (0, 1) for k in groups):
         groups.setdefault(RowKey((0, 0), "no continual pre-training"), defaultdict(list))
     rows, used, notes = [], [], []
     for key in sorted(groups, key=lambda k: (k.order, k.label)):
@@ -203,7 +203,7 @@ def _table(key: str, title: str, columns: tuple[Column, ...], reported: tuple[Re
 
 
 def continual_table(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    table = _table("table2", f"{TABLE_NAMES['table2']}: continual pre-training (CS: ACL-ARC, SciERC; News: "
+    table = _table("continual", f"{TABLE_NAMES['continual']}: continual pre-training (CS: ACL-ARC, SciERC; News: "
                    "HyperPartisan, AGNews)", CONTINUAL_COLUMNS, CONTINUAL_REPORTED, collection, phrase, commit, decimals)
     table.notes.insert(0, "ACL-ARC and SciERC use the checkpoint continually pre-trained on the CS corpus, "
                           "HyperPartisan and AGNews the one pre-trained on News (as in the paper).")
@@ -216,7 +216,7 @@ def continual_table(collection: Collection, phrase: str, commit: str, decimals: 
 
 
 def glue_table(collection: Collection, phrase: str, commit: str, decimals: int = 2) -> Table:
-    return _table("table1", f"{TABLE_NAMES['table1']}: GLUE dev, MLM vs FE-MLM pre-trained from scratch",
+    return _table("glue", f"{TABLE_NAMES['glue']}: GLUE dev, MLM vs FE-MLM pre-trained from scratch",
                   GLUE_COLUMNS,
                   GLUE_REPORTED, collection, phrase, commit, decimals)
 
@@ -243,10 +243,10 @@ def glue_average_table(glue: Table, collection: Collection, phrase: str, commit:
         rows.append(Row(row.label, "measured", {"avg": avg}, detail={"glue_numbers": have}))
     used = [r for r in collection.finetune if any(t in GLUE_TASKS for t in r.scores)]
     text, facts = scale_of(used, collection, phrase, commit)
-    return Table("table3", f"{TABLE_NAMES['table3']}: GLUE dev average", (Column("Avg. Score", ("avg",)),), rows,
+    return Table("glue_average", f"{TABLE_NAMES['glue_average']}: GLUE dev average", (Column("Avg. Score", ("avg",)),), rows,
                  reported_rows(GLUE_AVERAGE_REPORTED), "average over the 9 GLUE dev numbers of the GLUE table (MNLI-m and "
                  "MNLI-mm separately) × 100; ± is the std over seeds of the per-seed average", text, facts,
-                 PAPER_SCALE["table3"], notes)
+                 PAPER_SCALE["glue_average"], notes)
 
 
 def efficiency_series(collection: Collection) -> dict[str, dict[str, list[tuple[int, float, float | None]]]]:

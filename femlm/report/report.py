@@ -14,6 +14,7 @@ from femlm.outputs import write_csv
 from femlm.paper import CITATION, REFERENCE
 from femlm.report.build import arm_label, continual_table, glue_average_table, glue_table
 from femlm.report.collect import Collection, collect
+from femlm.report.config import TABLES
 from femlm.report.figures import Figure, write_figures
 from femlm.report.scale import hardware_text
 from femlm.report.tables import Table, to_markdown, write_table
@@ -162,13 +163,13 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
     commit = _report_commit()
     phrase = str(rc.scale).strip().rstrip(".") or "unspecified"
     tables: dict[str, Table] = {}
-    if "table1" in rc.tables or "table3" in rc.tables:
-        tables["table1"] = glue_table(collection, phrase, commit, rc.decimals)
-    if "table2" in rc.tables:
-        tables["table2"] = continual_table(collection, phrase, commit, rc.decimals)
-    if "table3" in rc.tables:
-        tables["table3"] = glue_average_table(tables["table1"], collection, phrase, commit, rc.decimals)
-    chosen = [tables[k] for k in ("table1", "table2", "table3") if k in rc.tables]
+    if "glue" in rc.tables or "glue_average" in rc.tables:
+        tables["glue"] = glue_table(collection, phrase, commit, rc.decimals)
+    if "continual" in rc.tables:
+        tables["continual"] = continual_table(collection, phrase, commit, rc.decimals)
+    if "glue_average" in rc.tables:
+        tables["glue_average"] = glue_average_table(tables["glue"], collection, phrase, commit, rc.decimals)
+    chosen = [tables[k] for k in TABLES if k in rc.tables]
     written = {t.key: write_table(t, out_dir) for t in chosen}
     for stale in STALE:
         (out_dir / stale).unlink(missing_ok=True)

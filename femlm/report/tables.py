@@ -47,7 +47,7 @@ class Row:
 
 @dataclass
 class Table:
-    key: str  # table1 | table2 | table3 (the output file stem)
+    key: str  # continual | glue | glue_average (the output file stem)
     title: str
     columns: tuple[Column, ...]
     measured: list[Row]

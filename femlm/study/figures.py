@@ -7,24 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from femlm.outputs import pyplot, save_figure
 from femlm.study.text import MODE_LABEL, label
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
 
 COLORS = {"mlm_subword": "C0", "fe_subword": "C3", "iid_subword": "C2", "no_continual": "C7", "warmup_only": "C5"}
 
 
 def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
-    plt = _plt()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(13, 4.6))
     scale = 1e15
     for arm, b in res["bands"].items():
         x = np.asarray(b["flops"]) / scale
@@ -46,17 +36,12 @@ def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
     right.set_ylabel("loss difference to MLM (same seed)")
     right.set_title("difference to MLM, 95% paired t-band (below 0: better)")
     right.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, title)
 
 
 def plot_downstream(down: dict[str, Any], path: Path, order: list[str]) -> Path:
-    plt = _plt()
     tasks = list(down)
-    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(6.2 * max(len(tasks), 1), 4.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, max(len(tasks), 1), figsize=(6.2 * max(len(tasks), 1), 4.4), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=False):
         d = down[task]
         names = [n for n in order if n in d["scores"]]
@@ -74,7 +59,4 @@ def plot_downstream(down: dict[str, Any], path: Path, order: list[str]) -> Path:
         ax.set_xticks(range(len(names)), [label(n) for n in names], rotation=15, fontsize=8)
         ax.set_ylabel(f"test {d['metric']}")
         ax.set_title(f"{task}: mean, 95% t-interval and each fine-tuning seed")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from femlm.analysis.gates import not_measured, null_model_gates
+from femlm.outputs import CRLF, write_csv
 from femlm.study.evidence import enough, pool_size, run_gates
 from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, fmt_sig, term_interval
 
@@ -52,12 +53,9 @@ def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """decomposition_terms.csv: an interval (and the reasons) as JSON text in one cell."""
     flat = [{k: (json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()} for r in rows]
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(flat[0]) if flat else ["run"])
-        writer.writeheader()
-        writer.writerows(flat)
-    return path
+    return write_csv(path, flat, header=None if flat else ["run"], line_end=CRLF)
 
 
 def _ci(row: dict[str, Any], key: str) -> str:

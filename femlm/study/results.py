@@ -10,7 +10,6 @@ statistics use the runs that finished.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import shutil
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from femlm.outputs import CRLF, finite, write_csv
 from femlm.runs import cpu_model
 from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
@@ -27,7 +27,7 @@ from femlm.study.passes import passes_rows
 from femlm.study.plan import Step, final, pretrain_dir
 from femlm.study.ratios import plot_pairs, ratio_rows, write_ratio_csv
 from femlm.study.readme import summary_block, update_readme, write_readme
-from femlm.study.tables import band_rows, comparison_rows, curve_rows, downstream_rows, run_rows, write_csv
+from femlm.study.tables import band_rows, comparison_rows, curve_rows, downstream_rows, run_rows
 from femlm.study.text import MODE_LABEL
 
 
@@ -45,15 +45,16 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                         f"held-out MLM loss vs training compute, {MODE_LABEL[mode]}")
     if down:
         plot_downstream(down, out / "downstream.png", order)
-    write_csv(out / "pretrain_curves.csv", curve_rows(data))  # the warm-ups' curves too
+    # The study's CSV files have the csv module's line ends (CRLF), as they always had.
+    write_csv(out / "pretrain_curves.csv", curve_rows(data), line_end=CRLF)  # the warm-ups' curves too
     if plan.get("pretrain"):
-        write_csv(out / "pretrain_bands.csv", band_rows(pre))
-        write_csv(out / "pretrain_runs.csv", run_rows(pre))
-        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre))
+        write_csv(out / "pretrain_bands.csv", band_rows(pre), line_end=CRLF)
+        write_csv(out / "pretrain_runs.csv", run_rows(pre), line_end=CRLF)
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre), line_end=CRLF)
     if plan.get("finetune"):
         per_seed, summary = downstream_rows(down)
-        write_csv(out / "downstream_scores.csv", per_seed)
-        write_csv(out / "downstream_summary.csv", summary)
+        write_csv(out / "downstream_scores.csv", per_seed, line_end=CRLF)
+        write_csv(out / "downstream_summary.csv", summary, line_end=CRLF)
     for where, d in data["decomposition"].items():
         src = Path(d["dir"])
         for name in ("decomposition.csv", "null_model.csv", "decomposition.png", "null_model.png", "decomposition.md"):
@@ -90,22 +91,11 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "pretraining": {m: {k: v for k, v in r.items() if k not in ("bands", "differences")} for m, r in pre.items()},
              "downstream": down, "timings": timings, "wall_s_by_part": part_walls(timings),
              "hardware": {"cpu": cpu_model(), "platform": platform.platform()}}
-    (out / "study.json").write_text(json.dumps(clean(study), indent=2, default=_json_default) + "\n")
+    (out / "study.json").write_text(json.dumps(finite(study), indent=2, default=_json_default) + "\n")
     path = write_readme(plan, data, pre, down, timings, out, order, steps, dec_rows)
     if readme is not None and not plan.get("smoke"):
         update_readme(readme, summary_block(plan, data, pre, down, timings, dec_rows, out), plan)
     return path
-
-
-def clean(value: Any) -> Any:
-    """NaN and infinities as null (strict JSON), recursively."""
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    return value
 
 
 def _json_default(value: Any) -> Any:

@@ -20,7 +20,7 @@ equal-compute mode) there are n pre-training seeds.
   (a K-copy arm reads a prefix of the same stream) and the evaluation set, so seeds pair the arms. The
   interval is a t-interval of the per-seed log ratios (paired) or a Welch interval of the two arms' log values
   (unpaired), back-transformed: a delta-method interval on the log scale, the geometric-mean ratio at its
-  centre. With a censored run the ratio has only a bound (`ratio_interval` says which); with n = 3 seeds the
+  centre. With a censored run the ratio has only a bound (`log_ratio_interval` says which); with n = 3 seeds the
   t quantile is 4.30 (2 degrees of freedom), so only large effects can be told from noise, and the intervals
   say so by their width. A seed bootstrap is not used: with 3 seeds it has at most 10 distinct resamples per
   arm and its percentile interval is too narrow (it ignores the t-correction);
@@ -39,12 +39,15 @@ corrected for the number of comparisons the study makes (the README states that 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import stats as sps
+
+from femlm.analysis.intervals import Interval  # femlm's one interval type (analysis sits below study)
 
 LEVEL = 0.95
 NAN = float("nan")
@@ -59,35 +62,17 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(sps.t.ppf(0.5 + level / 2, df)) if df > 0 else NAN
 
 
-@dataclass
-class Interval:
-    """A mean (or difference, or ratio) with its interval; ``n`` the number of units (seeds) behind it."""
-
-    estimate: float
-    low: float
-    high: float
-    n: int
-    std: float = NAN  # sample standard deviation of the units (where meaningful)
-    p: float = NAN  # two-sided p-value of "no difference" (differences only)
-    df: float = NAN
-    method: str = ""
-    bound: str = ""  # "", "lower" (true value >= estimate) or "upper" (<=): censored inputs
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-    @property
-    def excludes_zero(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 0 or self.high < 0)
-
-    @property
-    def excludes_one(self) -> bool:
-        return math.isfinite(self.low) and math.isfinite(self.high) and (self.low > 1 or self.high < 1)
+def _scipy_test(test: Any, *samples: np.ndarray, **kwargs: Any) -> Any:
+    """A scipy t-test, without its warning about nearly identical values (the numbers are the textbook formulas',
+    which femlm printed silently before it used scipy)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        return test(*samples, **kwargs)
 
 
 def t_interval(values: Sequence[float | None], level: float = LEVEL) -> Interval:
-    """Mean of the values with the Student-t interval (sample std, n - 1 degrees of freedom); NaN bounds when
-    fewer than 2 values."""
+    """Mean of the values with the Student-t interval and p-value (scipy's one-sample t-test: sample std, n - 1
+    degrees of freedom); NaN bounds when fewer than 2 values, a zero-width interval when they are all equal."""
     x = _finite(values)
     n = len(x)
     if n == 0:
@@ -96,13 +81,16 @@ def t_interval(values: Sequence[float | None], level: float = LEVEL) -> Interval
     if n < 2:
         return Interval(mean, NAN, NAN, 1, method="t")
     std = float(x.std(ddof=1))
-    half = t_quantile(n - 1, level) * std / math.sqrt(n)
-    p = float(2 * sps.t.sf(abs(mean) / (std / math.sqrt(n)), n - 1)) if std > 0 else (1.0 if mean == 0 else 0.0)
-    return Interval(mean, mean - half, mean + half, n, std=std, p=p, df=n - 1, method="t")
+    if std == 0:  # scipy's t statistic is then 0/0 or infinite
+        return Interval(mean, mean, mean, n, std=std, p=1.0 if mean == 0 else 0.0, df=n - 1, method="t")
+    test = _scipy_test(sps.ttest_1samp, x, 0.0)
+    low, high = test.confidence_interval(level)
+    return Interval(mean, float(low), float(high), n, std=std, p=float(test.pvalue), df=n - 1, method="t")
 
 
 def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
-    """Mean of a_i - b_i over pairs (both finite) with the paired t-interval and p-value."""
+    """Mean of a_i - b_i over pairs (both finite) with the paired t-interval and p-value (scipy's ttest_rel is the
+    one-sample test of the differences)."""
     diffs = [x - y for x, y in zip(a, b, strict=True)
              if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
     out = t_interval(diffs, level)
@@ -111,21 +99,20 @@ def paired(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Inte
 
 
 def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Interval:
-    """mean(a) - mean(b) with Welch's interval (Welch-Satterthwaite degrees of freedom) and p-value."""
+    """mean(a) - mean(b) with Welch's interval (Welch-Satterthwaite degrees of freedom) and p-value: scipy's
+    ttest_ind(equal_var=False)."""
     x, y = _finite(a), _finite(b)
     if len(x) < 2 or len(y) < 2:
         est = float(x.mean() - y.mean()) if len(x) and len(y) else NAN
         return Interval(est, NAN, NAN, min(len(x), len(y)), method="welch")
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
     est = float(x.mean() - y.mean())
-    se = math.sqrt(vx + vy)
-    if se == 0:
+    if x.var(ddof=1) / len(x) + y.var(ddof=1) / len(y) == 0:  # no spread: scipy's statistic is 0/0 or infinite
         p = 1.0 if est == 0 else 0.0
         return Interval(est, est, est, min(len(x), len(y)), p=p, df=NAN, method="welch")
-    df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    half = t_quantile(df, level) * se
-    p = float(2 * sps.t.sf(abs(est) / se, df))
-    return Interval(est, est - half, est + half, min(len(x), len(y)), p=p, df=float(df), method="welch")
+    test = _scipy_test(sps.ttest_ind, x, y, equal_var=False)
+    low, high = test.confidence_interval(level)
+    return Interval(est, float(low), float(high), min(len(x), len(y)), p=float(test.pvalue), df=float(test.df),
+                    method="welch")
 
 
 def verdict(ci: Interval, what: str = "difference") -> str:
@@ -248,8 +235,8 @@ def targets_from(mlm_curves: Sequence[Curve], fractions: Sequence[float]) -> dic
     return out
 
 
-def ratio_interval(arm: Sequence[float | None], ref: Sequence[float | None], budget_arm: Sequence[float],
-                   budget_ref: Sequence[float], paired_by_seed: bool = True, level: float = LEVEL) -> Interval:
+def log_ratio_interval(arm: Sequence[float | None], ref: Sequence[float | None], budget_arm: Sequence[float],
+                       budget_ref: Sequence[float], paired_by_seed: bool = True, level: float = LEVEL) -> Interval:
     """Ratio of compute-to-target, arm / ref, as a geometric-mean ratio with a log-scale t-interval.
 
     ``None`` entries did not reach the target within their budget: they enter at their budget (the least they
@@ -340,8 +327,8 @@ def compare_pretraining(arms: dict[str, ArmCurves], reference: str, fractions: S
                        [y[metric] for y in per_seed[reference].values()], level)
             comp[metric] = {"paired": pd.as_dict(), "welch": wd.as_dict(), "verdict": verdict(pd)}
         for key in out["targets"]:
-            ci = ratio_interval([x[f"flops_to_{key}"] for x in a], [y[f"flops_to_{key}"] for y in r],
-                                [x["budget"] for x in a], [y["budget"] for y in r], True, level)
+            ci = log_ratio_interval([x[f"flops_to_{key}"] for x in a], [y[f"flops_to_{key}"] for y in r],
+                                    [x["budget"] for x in a], [y["budget"] for y in r], True, level)
             comp[f"ratio_to_{key}"] = {**ci.as_dict(), "verdict": ratio_verdict(ci),
                                        "not_reached": {"arm": sum(x[f"flops_to_{key}"] is None for x in a),
                                                        "reference": sum(y[f"flops_to_{key}"] is None for y in r)}}

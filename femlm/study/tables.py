@@ -1,25 +1,11 @@
-"""The study's CSV files: one row per evaluation, band point, comparison, run and fine-tuning seed."""
+"""The rows of the study's CSV files (one per evaluation, band point, comparison, run and fine-tuning seed),
+written by the one CSV writer, femlm.outputs.write_csv."""
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
 from typing import Any
 
 from femlm.study import stats as st
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    keys: list[str] = []
-    for row in rows:
-        keys += [k for k in row if k not in keys]
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return path
-
 
 CURVE_FIELDS = ("step", "train_flops", "eval_loss", "eval_accuracy", "sequences_seen", "rows_seen",
                 "masked_targets_seen")

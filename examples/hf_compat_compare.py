@@ -69,7 +69,9 @@ def rates(collators_: list, feats: list, tok: Any, calls: int, unit: str = "toke
     special = torch.tensor(sorted(set(tok.all_special_ids)))
     for collator in collators_:
         valid = masked = m = r = k = 0
-        for _ in range(calls):
+        for epoch in range(calls):
+            if hasattr(collator, "set_epoch"):  # the drop-in with an int seed: new masks per epoch, not per call
+                collator.set_epoch(epoch)
             b = collator(copy.deepcopy(feats))
             chosen = b["labels"] != IGNORE
             original = torch.where(chosen, b["labels"], b["input_ids"])
@@ -149,7 +151,9 @@ def compare(quick: bool = False, tok: Any = None) -> list[tuple[str, str, str, s
 def _unk_share(collator: Callable, feats: list, tok: Any, calls: int) -> str:
     """Share of the [UNK] tokens of the text (unknown words) that are masked, per row."""
     unk = masked = 0
-    for _ in range(calls):
+    for epoch in range(calls):
+        if hasattr(collator, "set_epoch"):  # the drop-in with an int seed: new masks per epoch, not per call
+            collator.set_epoch(epoch)
         b = collator(copy.deepcopy(feats))
         original = torch.where(b["labels"] != IGNORE, b["labels"], b["input_ids"])
         unk += int((original == tok.unk_token_id).sum())

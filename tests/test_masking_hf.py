@@ -36,7 +36,9 @@ def draw_stats(collator, feats, calls: int, tokenizer) -> dict[str, float]:
     kept shares of masked tokens, and how many special or padding tokens were ever masked."""
     counts = dict.fromkeys(("valid", "masked", "mask", "kept", "random", "special_masked"), 0)
     specials = torch.tensor(tokenizer.all_special_ids)
-    for _ in range(calls):
+    for call in range(calls):
+        if hasattr(collator, "set_epoch"):  # an int seed keys masks by epoch: a new draw per call, as HF's
+            collator.set_epoch(call)
         batch = collator(feats)
         ids, labels = batch["input_ids"], batch["labels"]
         rows = labels.shape[0] // len(feats)

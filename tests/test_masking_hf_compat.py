@@ -146,7 +146,8 @@ def test_whole_word_masks_whole_words_at_the_configured_rate(tok, mode: str) -> 
     collator = DataCollatorForFullyExploredLM(tok, whole_word_mask=True, seed=0, mlm_probability=0.2, **MODES[mode])
     k = collator.num_masks
     words = masked = 0
-    for _ in range(10):
+    for epoch in range(10):
+        collator.set_epoch(epoch)  # an int seed draws new masks per epoch (static masks without it)
         batch = collator(feats)
         chosen = batch["labels"] != IGNORE_INDEX
         original = torch.where(chosen, batch["labels"], batch["input_ids"])

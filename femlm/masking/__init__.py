@@ -23,7 +23,9 @@ Typical use::
     batch = collator(features)            # input_ids/attention_mask/labels/sequence_index/copy_index
 
 In a Hugging Face script, ``femlm.DataCollatorForFullyExploredLM`` (``hf.py``) takes the arguments of
-``DataCollatorForLanguageModeling`` plus K, strategy, granularity, count and a ratio schedule.
+``DataCollatorForLanguageModeling`` plus K, strategy (``fully_explored_passes`` too), granularity, count and a ratio
+schedule; with an int seed its masks are keyed by (seed, sequence, epoch), the epoch given by ``set_epoch`` or
+``epoch_callback()``.
 """
 
 from __future__ import annotations

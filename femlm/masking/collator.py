@@ -168,6 +168,11 @@ class MaskingCollator:
     # ------------------------------------------------------------------ collation
     def pad(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
         """Pad ``input_ids`` and the per-token fields to the longest row (see the class doc); stack the rest."""
+        return self.pad_with_lengths(features)[0]
+
+    def pad_with_lengths(self, features: Sequence[Any]) -> tuple[dict[str, torch.Tensor], list[int]]:
+        """:meth:`pad`, and each row's length as given (its tokens sit at the end of the row when
+        ``padding_side`` is ``"left"``, at the start otherwise)."""
         if len(features) == 0:
             raise ValueError("MaskingCollator got an empty list of features")
         mappings = isinstance(features[0], Mapping)
@@ -204,7 +209,7 @@ class MaskingCollator:
                                  torch.bool if key == "special_tokens_mask" else torch.long)
             else:
                 out[key] = _stack(key, feats)
-        return out
+        return out, lens
 
     def __call__(self, features: Sequence[Any]) -> dict[str, torch.Tensor]:
         padded = self.pad(features)

@@ -200,7 +200,8 @@ class Masker:
         if cfg.strategy == PASSES:
             raise MaskingError(
                 f"masking.strategy={PASSES!r} masks a row by its sequence key and visit, not by a batch generator: "
-                "femlm's trainer supports it (femlm.masking.passes.mask_visits); this collator does not yet"
+                "use femlm.masking.passes.mask_visits (femlm's trainer) or DataCollatorForFullyExploredLM with an "
+                "int seed"
             )
         k = self.num_copies
         valid = self.valid_mask(input_ids, attention_mask, special_mask)

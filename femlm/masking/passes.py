@@ -20,9 +20,13 @@ is drawn from its own stream ``(seed, key, visit)``, so whole rows (inputs and l
 
 Budgets. ``tau = round_half_up(ratio * n)``, MLM's exact count (no cap): K disjoint masks need ``K * tau <= n``,
 and a row where they do not fit is refused (one line naming ``masking.num_masks``), never masked with overlap.
+Short rows (only with the masker's ``allow_short_rows``, which the drop-in collator sets; femlm's trainer keeps
+refusing): FE mode's rule, never overlap either -- ``tau`` is capped at ``n // K``, and a row with fewer than K
+maskable tokens gets ``tau = 1`` at visits ``k < n`` and no mask (all labels -100) at visits ``k >= n``; such a
+visit counts in the masker's ``short_rows`` (:func:`mask_visits`).
 
 Granularity. Sub-words: one uniform random order of the row's maskable positions per cycle; visit ``k`` masks
-the ``tau`` lowest ranks of slot ``k``, the ranks ``[k w, (k + 1) w)`` with ``w = n // K``. Whole words and
+the ``tau`` lowest ranks of slot ``k``, the ranks ``[k w, (k + 1) w)`` with ``w = max(1, n // K)``. Whole words and
 spans: one call of the ``fully_explored`` selection (``sample_word_spans`` for whole words, the segment-then-deal
 sampler for spans) with K copies per cycle, copy ``k`` at visit ``k``; each visit has that sampler's per-copy law.
 
@@ -56,6 +60,23 @@ def sequence_key(token_ids: Sequence[int] | torch.Tensor) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def visit_budget(masker: Any, n_row: int, ratio: float | None = None) -> tuple[int, bool]:
+    """``(tau, short)`` of a row of ``n_row`` maskable tokens: MLM's exact count; ``K * tau > n`` is refused in one
+    line naming ``masking.num_masks`` unless the masker has ``allow_short_rows`` (the module doc's short rows)."""
+    k_all = int(masker.cfg.num_masks)
+    tau_row = int(mask_budget(torch.tensor([n_row]), masker.resolve_ratio(ratio))[0])  # MLM's exact count: no cap
+    if not masker.allow_short_rows:
+        if k_all * tau_row > n_row:
+            raise MaskingError(
+                f"masking.num_masks={k_all} is invalid for a row of {n_row} maskable tokens: {k_all} disjoint masks "
+                f"of tau={tau_row} need {k_all * tau_row}; allowed: num_masks <= {n_row // max(tau_row, 1)} at "
+                f"masking.ratio={masker.resolve_ratio(ratio)} (or longer rows)"
+            )
+        return tau_row, False
+    tau_row = min(tau_row, n_row // k_all) if n_row >= k_all else min(1, n_row)  # FE mode's rule
+    return tau_row, n_row < k_all
+
+
 def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, visit: int,
                     valid: torch.Tensor | None = None, word_ids: torch.Tensor | None = None,
                     ratio: float | None = None) -> torch.Tensor:
@@ -73,19 +94,13 @@ def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, v
     ids = input_ids.reshape(1, -1).long()
     valid = masker.valid_mask(ids) if valid is None else valid.reshape(1, -1).bool()
     k_all = int(cfg.num_masks)
-    n = valid.sum(dim=1)
-    tau = mask_budget(n, masker.resolve_ratio(ratio))  # MLM's exact count: no cap
-    n_row, tau_row = int(n[0]), int(tau[0])
-    if k_all * tau_row > n_row:
-        raise MaskingError(
-            f"masking.num_masks={k_all} is invalid for a row of {n_row} maskable tokens: {k_all} disjoint masks of "
-            f"tau={tau_row} need {k_all * tau_row}; allowed: num_masks <= {n_row // max(tau_row, 1)} at "
-            f"masking.ratio={masker.resolve_ratio(ratio)} (or longer rows)"
-        )
+    n_row = int(valid.sum())
+    tau_row, _ = visit_budget(masker, n_row, ratio)
+    tau = torch.tensor([tau_row])
     cycle, k = divmod(int(visit), k_all)
     gen = make_generator(seed, key, cycle, STREAM_CYCLE)
     if cfg.granularity == "subword":
-        width = n_row // k_all
+        width = max(1, n_row // k_all)  # >= 1: a short row (n < K) masks rank k at visit k < n
         ranks = random_ranks(valid, gen)[0]
         return (ranks >= k * width) & (ranks < k * width + tau_row) & valid[0]
     if word_ids is None:
@@ -101,11 +116,15 @@ def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, v
 
 def mask_visits(masker: Any, input_ids: torch.Tensor, keys: Sequence[int] | torch.Tensor,
                 visits: Sequence[int] | torch.Tensor, seed: int, attention_mask: torch.Tensor | None = None,
-                special_mask: torch.Tensor | None = None, ratio: float | None = None) -> dict[str, torch.Tensor]:
+                special_mask: torch.Tensor | None = None, ratio: float | None = None,
+                word_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Mask row ``b`` of ``input_ids [B, L]`` at its visit ``visits[b]``; one copy per row, the masker's layout.
 
-    Returns ``input_ids``, ``attention_mask``, ``labels`` (-100 where unmasked), ``sequence_index`` (``arange(B)``)
-    and ``copy_index`` (``visits mod K``: which mask of the cycle each row got), each with ``B`` rows.
+    ``special_mask`` (e.g. a tokenizer's ``special_tokens_mask``) and ``word_ids [B, L]`` (e.g. from
+    ``offset_mapping``, :func:`femlm.masking.word_ids_from_offsets`) may be given, as to the masker; without them
+    the masker's own rules apply. Returns ``input_ids``, ``attention_mask``, ``labels`` (-100 where unmasked),
+    ``sequence_index`` (``arange(B)``) and ``copy_index`` (``visits mod K``: which mask of the cycle each row got),
+    each with ``B`` rows. With ``allow_short_rows`` the masker's ``short_rows`` counts the short rows masked.
     """
     if input_ids.dim() != 2:
         raise MaskingError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
@@ -118,9 +137,13 @@ def mask_visits(masker: Any, input_ids: torch.Tensor, keys: Sequence[int] | torc
         raise MaskingError(f"{input_ids.shape[0]} rows need one key and one visit each; got {len(keys_l)} keys "
                            f"and {len(visits_l)} visits")
     valid = masker.valid_mask(input_ids, attention_mask, special_mask)
-    word_ids = None if masker.cfg.granularity == "subword" else \
-        word_ids_from_starts(input_ids, masker.word_starts, ~valid)
+    if masker.cfg.granularity == "subword":
+        word_ids = None
+    elif word_ids is None:
+        word_ids = word_ids_from_starts(input_ids, masker.word_starts, ~valid)
     cfg = masker.cfg
+    if masker.allow_short_rows:  # FE mode's count: a row with fewer maskable tokens than K, per visit
+        masker.short_rows += int((valid.sum(dim=1) < int(cfg.num_masks)).sum())
     inputs, labels = torch.empty_like(input_ids), torch.empty_like(input_ids)
     for b, (key, visit) in enumerate(zip(keys_l, visits_l, strict=True)):
         sel = visit_selection(masker, input_ids[b], seed, key, visit, valid[b],

@@ -208,8 +208,8 @@ def build_steps(plan: dict[str, Any], runs: Path, encoder_dir: Path | None = Non
 
 def passes_steps(plan: dict[str, Any], runs: Path, common: list[str], warm: Path, est: Estimator) -> list[Step]:
     """`femlm analyze passes` on the warm-up checkpoint, one run per entry of ``passes.variants``."""
-    p = plan.get("passes") or {}
-    if "warmup" not in p.get("checkpoints", ["warmup"]):
+    p = plan.get("passes")
+    if not p or "warmup" not in p.get("checkpoints", ["warmup"]):
         return []
     base = [*common, f"masking={p.get('masking', 'fe_subword')}", *p.get("overrides", [])]
     steps = []

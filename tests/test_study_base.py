@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -132,8 +131,6 @@ def test_base_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
     head = json.loads((tmp_path / "runs" / "head_warmup" / "summary.json").read_text())
     assert head["final_eval_loss"] < head["first_eval_loss"]  # the head alone learns
 
-    t0 = time.time()
     second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "start (planned" not in second.stderr and second.stderr.count("done already, skipped") == 5
-    assert time.time() - t0 < 120

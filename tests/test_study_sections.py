@@ -8,6 +8,8 @@ heavy-tailed. No run, no file: pure functions of the fragments.
 from __future__ import annotations
 
 import copy
+import csv
+import re
 from typing import Any
 
 from femlm.study.ratios import ratio_conclusions, ratio_rows, ratio_section, side_by_side
@@ -156,6 +158,26 @@ def test_side_by_side_gates_an_old_study_json_by_its_plan() -> None:
     assert "not measured: too few units: 4 sequences" in table and "(12 sequences)" in table
 
 
+def test_side_by_side_states_the_pool_of_each_term(tmp_path) -> None:
+    """sigma_d2 and c_FE carry their unit: study.json's pool_sequences, or an older study's decomposition_<run>.md."""
+    import json
+
+    terms = {"sigma_d2": term(1.2, [1.1, 1.3]), "c_fe": term(-0.9, [-1.0, -0.8])}
+    (tmp_path / "study.json").write_text(json.dumps({"decomposition_terms": {"warmup": terms}}))
+    (tmp_path / "decomposition_warmup.md").write_text("Pool of 48 validation blocks of 128 tokens, tau = 15 ...\n")
+    base = {"decomposition_terms": {"r15": terms}, "pool_sequences": {"r15": 40}}
+    table = "\n".join(side_by_side(base, tmp_path / "study.json", {"terms": "r15", "null_model": ""}))
+    assert table.count("(48 pool sequences)") == 2 and table.count("(40 pool sequences)") == 2
+
+
+def test_drop_missing_figures(tmp_path) -> None:
+    from femlm.study.readme import drop_missing_figures
+
+    (tmp_path / "a.png").write_bytes(b"")
+    text = "x\n![one](a.png)\n![two](b.png)\ny ![inline](b.png) stays\n"
+    assert drop_missing_figures(text, tmp_path) == "x\n![one](a.png)\ny ![inline](b.png) stays\n"
+
+
 def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
     """results/study/ (MiniLM) regenerated without its run directories: the null model ran on 4 sequences, so no
     'evidence of context interactions' may remain, and the censored same-sequences ratio is a bound."""
@@ -179,3 +201,14 @@ def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
     assert block.startswith("intro\n<!-- study:begin -->") and block.endswith("<!-- study:end -->\nrest\n")
     assert "not measured: too few units: 4 sequences" in block and "old" not in block
     assert regenerate(load_plan(False, "study"), out, top).read_text() == text  # idempotent
+    # No link to a figure the study never had (its run predates Figure 2), every linked figure exists.
+    assert "covariance_distribution_warmup.png" not in text
+    assert all((out / m[1]).is_file() for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+)\)$", text, re.M))
+    # The sizing names where its unit costs were measured (not "this machine").
+    assert "measured on this machine" not in text and "measured on 2 CPU cores (AMD EPYC" in text
+    # A censored ratio is a bound in the CSV too: no interval, no p-value.
+    rows = list(csv.DictReader((out / "pretrain_comparisons.csv").open(newline="")))
+    bounds = [r for r in rows if r["bound"]]
+    assert bounds and all(r["low"] == r["high"] == r["p"] == "" for r in bounds)
+    assert all(r["low"] and r["high"] for r in rows if r["quantity"].startswith("compute") and not r["bound"]
+               and r["not_reached_arm"] == "0" and r["n"] != "1")

@@ -155,7 +155,8 @@ def spearman_summary(hams: np.ndarray, covs: np.ndarray, bins: np.ndarray, n_boo
 
     ``bins``: rank correlation of the bin order (H increasing) with the per-bin mean covariance -- the
     monotonicity of Figure 3's curve that Assumption 1 states. ``pairs``: rank correlation over all pairs
-    (noisier, but with a meaningful p-value). Resampling is stratified by bin, so every bootstrap
+    (noisier; no p-value: pairs of one sequence share it and are not independent, so a p-value that treats
+    them as independent would overstate the evidence). Resampling is stratified by bin, so every bootstrap
     replicate keeps every bin; it is conditional on g-hat, which shifts all covariances by one constant
     and so cannot change any rank.
     """
@@ -166,7 +167,6 @@ def spearman_summary(hams: np.ndarray, covs: np.ndarray, bins: np.ndarray, n_boo
     pair_test = stats.spearmanr(hams, covs) if np.ptp(hams) > 0 else None
     out["rho_bins"] = rho_bins
     out["rho_pairs"] = float(pair_test.statistic) if pair_test is not None else float("nan")
-    out["p_value_pairs"] = float(pair_test.pvalue) if pair_test is not None else float("nan")
     if n_boot > 0:
         boot_means = bin_bootstrap(covs, bins, n_boot, rng)
         rho_b = _pearson_rows(_rank_rows(boot_means), np.arange(labels.size, dtype=np.float64)[None, :])

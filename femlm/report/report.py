@@ -96,7 +96,14 @@ def _figure_md(figure: Figure, collection: Collection) -> list[str]:
             lines += ["", f"#### {Path(parent).name}", ""]
             source = figure.sources.get(Path(parent).name)
             run = next((r for r in collection.analysis if str(r.path) == source), None)
-            scalars = _flat_scalars(run.data) if run is not None else []
+            # Spearman's p-value over mask pairs is left out: pairs of one sequence are not independent (issue 27).
+            scalars = [(k, v) for k, v in (_flat_scalars(run.data) if run is not None else [])
+                       if not k.endswith("p_value_pairs")]
+            n = dict(scalars).get("settings.sequences")
+            if n is not None:
+                lines += [f"_Point estimates over {n} sequences, without intervals: no verdict is drawn from them "
+                          "(femlm's intervals need more units, femlm/analysis/intervals.py; femlm's studies give "
+                          "them)._", ""]
             lines += [f"- {k}: {v}" for k, v in scalars] + ([""] if scalars else [])
         lines.append(f"![{Path(path).stem}]({path})" if path.endswith(".png") else f"- data: [{path}]({path})")
     return [*lines, ""]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -149,25 +150,38 @@ def _run_label(study: dict[str, Any], key: str) -> str:
     return str((study.get("labels") or {}).get(key) or key)
 
 
+def pool_count(study: dict[str, Any], key: str, folder: Path) -> int | None:
+    """The pool sequences (the unit of sigma_d2's and c_FE's intervals) of a decomposition run: study.json's
+    ``pool_sequences``, or, for a study.json from before it had them, the run's decomposition_<key>.md beside it."""
+    n = (study.get("pool_sequences") or {}).get(key)
+    md = folder / f"decomposition_{key}.md"
+    if n is None and md.is_file():
+        m = re.search(r"Pool of (\d+) validation blocks", md.read_text())
+        n = int(m[1]) if m else None
+    return n
+
+
 def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -> list[str]:
     """The MiniLM study (results/study/study.json, its warm-up decomposition) beside this one (the runs named by
     ``keys``: ``terms`` for the decomposition, ``null_model`` for the null model): shapes and headline terms."""
     other = json.loads(other_json.read_text()) if other_json.is_file() else {}
 
-    def column(study: dict[str, Any], terms_key: str, null_key: str) -> dict[str, str]:
+    def column(study: dict[str, Any], terms_key: str, null_key: str, folder: Path) -> dict[str, str]:
         e = study.get("encoder") or {}
         t = (study.get("decomposition_terms") or {}).get(terms_key) or {}
         null = (study.get("null_model") or {}).get(null_key) or {}
+        n = pool_count(study, terms_key, folder)
+        unit = f" ({n} pool sequences)" if n else ""
         return {
             "model": f"{e.get('model_type', '?')}, {e.get('layers', '?')} layers, hidden {e.get('hidden', '?')}, "
                      f"{(e.get('parameters') or 0) / 1e6:.1f}M parameters",
-            "sigma_d2": fmt_sig(term_interval(t["sigma_d2"])) if t else "n/a",
-            "c_fe": fmt_sig(term_interval(t["c_fe"])) if t else "n/a",
+            "sigma_d2": fmt_sig(term_interval(t["sigma_d2"])) + unit if t else "n/a",
+            "c_fe": fmt_sig(term_interval(t["c_fe"])) + unit if t else "n/a",
             "null": _null_cell(study, null_key, null) if null else "n/a",
         }
 
-    a = column(other, "warmup", "warmup")
-    b = column(base, keys.get("terms", ""), keys.get("null_model", ""))
+    a = column(other, "warmup", "warmup", other_json.parent)
+    b = column(base, keys.get("terms", ""), keys.get("null_model", ""), other_json.parent)
     return ["| at the warmed-up encoder | all-MiniLM-L6-v2 (`make study`) | all-mpnet-base-v2 (`make study-base`) |",
             "|---|---|---|",
             f"| encoder | {a['model']} | {b['model']} |",

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from femlm.study import stats as st
 from femlm.study.collect import part_walls
-from femlm.study.evidence import null_sequences
+from femlm.study.evidence import null_sequences, pool_size
 from femlm.study.passes import passes_conclusions, passes_section
 from femlm.study.plan import Step
 from femlm.study.ratios import ratio_conclusions, ratio_section, side_by_side
@@ -37,20 +38,23 @@ def markers(plan: dict[str, Any]) -> tuple[str, str]:
     return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
+def sizing_sentence(plan: dict[str, Any]) -> str:
+    """Where the plan's unit costs were measured, the costs, and its arithmetic (estimate.breakdown)."""
+    est = plan.get("estimate", {})
+    return (f"Sized beforehand from unit costs measured on {est.get('hardware', '?')} ("
+            f"`benchmarks/bench_study.py`, femlm/conf/experiment/{plan.get('name', 'study')}.yaml `estimate.seconds`): "
+            + ", ".join(f"{k} {v} s" for k, v in est.get("seconds", {}).items() if not isinstance(v, dict)) + ". "
+            + (est.get("breakdown", "") or ""))
+
+
 def sizing_lines(plan: dict[str, Any], steps: list[Step], walls: dict[str, float]) -> list[str]:
     """The plan's arithmetic (unit costs measured beforehand x the work of each part) beside the wall time."""
-    est = plan.get("estimate", {})
-    sec = est.get("seconds", {})
     planned: dict[str, float] = {}
     counts: dict[str, int] = {}
     for s in steps:
         planned[s.part] = planned.get(s.part, 0.0) + s.estimate_s
         counts[s.part] = counts.get(s.part, 0) + (1 if s.command else 0)
-    lines = ["### Plan, sizing and wall time", "",
-             f"Sized beforehand from unit costs measured on this machine ({est.get('hardware', '?')}; "
-             f"`benchmarks/bench_study.py`, femlm/conf/experiment/{plan.get('name', 'study')}.yaml `estimate.seconds`): "
-             + ", ".join(f"{k} {v} s" for k, v in sec.items() if not isinstance(v, dict)) + ". "
-             + (est.get("breakdown", "") or ""), "",
+    lines = ["### Plan, sizing and wall time", "", sizing_sentence(plan), "",
              "| part | femlm commands | planned | measured wall |", "|---|---:|---:|---:|"]
     for part in dict.fromkeys(s.part for s in steps):
         if part in ("encoder",):
@@ -170,9 +174,20 @@ def _files(plan: dict[str, Any]) -> list[str]:
                     "with the additive null model).", ""]
 
 
+FIGURE = re.compile(r"^!\[[^\]]*\]\(([^)]+)\)$")
+
+
+def drop_missing_figures(text: str, folder: Path) -> str:
+    """``text`` without the image lines (``![...](file)``) whose file ``folder`` does not hold: a study that ran
+    before a figure existed (results/study has no Figure 2) links none, rather than a broken image."""
+    keep = [line for line in text.splitlines()
+            if not ((m := FIGURE.match(line.strip())) and not (folder / m[1]).is_file())]
+    return "\n".join(keep) + ("\n" if text.endswith("\n") else "")
+
+
 def _write(out: Path, lines: list[str]) -> Path:
     path = out / "README.md"
-    path.write_text("\n".join(lines))
+    path.write_text(drop_missing_figures("\n".join(lines), out))
     return path
 
 
@@ -202,7 +217,8 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
                 "null_model": {k: ((v.get("json") or {}).get("null_model") or {}).get("summary")
                                for k, v in data["decomposition"].items()},
                 "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
-                                   if v.get("json")}}
+                                   if v.get("json")},
+                "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")}}
         lines += side_by_side(base, out.parent / "study" / "study.json", (plan.get("report") or {}).get("side_by_side", {}))
     lines += ["Supported by the evidence:"] + ([f"- {s}" for s in supports] or ["- nothing beyond noise."])
     lines += ["", "Not supported at this scale:"] + ([f"- {s}" for s in not_supported] or ["- (none)"])

@@ -60,8 +60,10 @@ def comparison_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
                                                  m["high"] if m["high"] is not None else st.NAN, m["n"]))})
             for key in res["targets"]:
                 m = comp[f"ratio_to_{key}"]
+                cut = bool(m["bound"])  # a censored ratio is a bound: no interval and no p-value (issue 27)
                 rows.append({"mode": mode, "arm": arm, "quantity": f"compute to target {key} / MLM's",
-                             "estimate": m["estimate"], "low": m["low"], "high": m["high"], "n": m["n"], "p": m["p"],
+                             "estimate": m["estimate"], "low": None if cut else m["low"],
+                             "high": None if cut else m["high"], "n": m["n"], "p": None if cut else m["p"],
                              "method": m["method"], "verdict": m["verdict"], "bound": m["bound"],
                              "not_reached_arm": m["not_reached"]["arm"],
                              "not_reached_mlm": m["not_reached"]["reference"]})

@@ -245,10 +245,9 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- the cases
-def test_catalogue_is_large_and_covers_every_subcommand() -> None:
+def test_catalogue_covers_every_subcommand() -> None:
     from femlm.cli import COMMANDS
 
-    assert len(CASES) >= 25
     assert len({case.id for case in CASES}) == len(CASES)
     assert {case.args[0] for case in CASES} == set(COMMANDS)
 

@@ -13,7 +13,6 @@ from femlm.masking import (
     MaskingConfig,
     MaskingConfigError,
     build_masker,
-    make_generator,
     sequences_per_batch,
 )
 from helpers.configs import composed, options
@@ -203,5 +202,19 @@ def test_fe_token_mean_loss_equals_mean_of_per_copy_losses(count: str) -> None:
         assert (grad_all - grad_copies).abs().max().item() > 1e-6
 
 
-def test_generators_are_deterministic() -> None:
-    assert make_generator(0, 0).initial_seed() == make_generator(0, 0).initial_seed()
+def test_one_seed_draws_one_sequence_of_masks_and_another_seed_others() -> None:
+    """Two collators with the same seed mask the same batches the same way, call after call; another seed masks
+    them differently (the masks, not the generators' seeds, are compared)."""
+    cfg = MaskingConfig(strategy="fully_explored", num_masks=4, ratio=0.2)
+    masker = build_masker(cfg, mask_token_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4])
+    g = torch.Generator().manual_seed(0)
+    feats = [[2, *torch.randint(5, 100, (n,), generator=g).tolist(), 3] for n in (30, 21, 17)]
+
+    def masks(seed: int) -> list[torch.Tensor]:
+        col = MaskingCollator(masker, pad_token_id=0, seed=seed)
+        return [col(feats)["labels"] != IGNORE_INDEX for _ in range(3)]
+
+    same, again, other = masks(5), masks(5), masks(6)
+    assert all(torch.equal(a, b) for a, b in zip(same, again, strict=True))
+    assert not any(torch.equal(a, b) for a, b in zip(same, other, strict=True))
+    assert not torch.equal(same[0], same[1])  # each call draws fresh masks

@@ -85,6 +85,53 @@ def cli_in_process(femlm_env: dict[str, str], tmp_path: Path, monkeypatch: pytes
     return run
 
 
+@pytest.fixture
+def cli_in_process_with_hydra(femlm_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`femlm ...` in this process, Hydra's run included: the exit status and what femlm writes to stdout and
+    stderr, as `cli` gives them, without a Python start-up and femlm's imports per call. Meant for command lines
+    that fail or plan (bad input, dry runs). The process-wide state a run changes is restored afterwards:
+    logging handlers (Hydra's job logging), sys.argv, the working directory, torch's thread count and Hydra's
+    global state. Not covered: output written to file descriptors 1 and 2 below Python (keep one real CLI
+    subprocess, `cli`, per command and per kind of failure)."""
+    import logging
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+    from typer.testing import CliRunner
+
+    from femlm.cli import app
+
+    monkeypatch.setenv("FEMLM_RUN_UID", "")  # the CLI sets it
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # the CLI hands Hydra its overrides through sys.argv
+    monkeypatch.chdir(tmp_path)
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    saved = {lg: (lg.handlers[:], lg.level, lg.disabled, lg.propagate) for lg in loggers}
+    threads = torch.get_num_threads()
+
+    def run(*args: str) -> CliResult:
+        result = CliRunner().invoke(app, list(args))
+        stderr = result.stderr
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            import traceback  # a bug: show it as the subprocess would
+
+            stderr += "".join(traceback.format_exception(result.exception))
+        return CliResult(result.exit_code, result.stdout, stderr)
+
+    yield run
+    for lg in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        if not isinstance(lg, logging.Logger):
+            continue
+        handlers, level, disabled, propagate = saved.get(lg, ([], logging.NOTSET, False, True))
+        for handler in lg.handlers:
+            if handler not in handlers:
+                handler.close()
+        lg.handlers[:], lg.disabled, lg.propagate = handlers, disabled, propagate
+        lg.setLevel(level)
+    torch.set_num_threads(threads)
+    GlobalHydra.instance().clear()
+
+
 @pytest.fixture(scope="session")
 def local_inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A 128-token tokenizer, a 40-document corpus over its words and a two-label task directory."""

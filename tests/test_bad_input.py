@@ -1,4 +1,10 @@
-"""A catalogue of bad invocations of every subcommand, through the real CLI (a subprocess each).
+"""A catalogue of bad invocations of every subcommand, through the CLI.
+
+Each case runs the CLI in this process (`cli_in_process`, or `cli_in_process_with_hydra` for command lines that
+get as far as Hydra's run) and the cases marked `subprocess` through the real CLI in a subprocess: one per
+subcommand that gets past composition and one per kind of failure (a missing file or checkpoint, a malformed
+input, a failed download check, an unreachable source), so exit codes and stderr are also checked as a user
+sees them.
 
 Every case must: exit with status 2; print exactly one non-empty line on stderr (``femlm: error: ...``) that
 names the key or file and what is allowed; print no traceback; and leave nothing behind: no run directory
@@ -45,6 +51,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     # The corpus was prepared completely before the refusal: a valid cache entry (what `femlm prepare` leaves).
     keeps_prepared_corpus: bool = False
+    subprocess: bool = False  # through the real CLI in a subprocess (see the module's docstring)
 
 
 BEFORE_HYDRA = [
@@ -87,10 +94,12 @@ CASES = [
          ["data.block_size=1024", "512", "lower data.block_size"], mirror=True),  # scratch: a tokenizer from the corpus
     Case("download-unknown-dataset", ["download", "no_such_dataset"], ["'no_such_dataset'", "citation_intent"]),
     Case("download-checksum-mismatch", ["download", "citation_intent", "download.mirror={bad_mirror}"],
-         ["checksum mismatch", "{bad_mirror}/dapt/citation_intent/dev.jsonl", "expected sha256"], mirror=True),
-    Case("report-input-missing", ["report", "/nonexistent/runs"], ["report.inputs", "/nonexistent/runs"]),
+         ["checksum mismatch", "{bad_mirror}/dapt/citation_intent/dev.jsonl", "expected sha256"], mirror=True,
+         subprocess=True),
+    Case("report-input-missing", ["report", "/nonexistent/runs"], ["report.inputs", "/nonexistent/runs"],
+         subprocess=True),
     Case("checkpoint-dir-missing", ["continual-pretrain", *SMALL, "model.name_or_path=/nonexistent/ckpt"],
-         ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
+         ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"], subprocess=True),
     Case("continual-without-checkpoint", ["continual-pretrain", *SMALL], ["model=tiny", "model.name_or_path",
          "continual pre-training", "femlm pretrain-scratch"]),
     Case("checkpoint-dir-junk", ["continual-pretrain", *SMALL, "model.name_or_path={junk}"],
@@ -106,14 +115,15 @@ CASES = [
     Case("block-size-beyond-checkpoint-positions", ["continual-pretrain", *SMALL, "model.name_or_path={mlm}",
          "data.block_size=1024"], ["data.block_size=1024", "128 tokens", "lower data.block_size"]),
     Case("empty-corpus", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
-         "domain.sources=[file:{data}/empty.txt]"], ["{data}/empty.txt", "no documents"]),
+         "domain.sources=[file:{data}/empty.txt]"], ["{data}/empty.txt", "no documents"], subprocess=True),
     Case("corpus-shorter-than-one-block", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
          "domain.sources=[file:{data}/short.txt]"], ["short.txt", "shorter than one block of 32 tokens"]),
     Case("resume-different-config", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
          "domain.sources=[file:{data}/corpus.txt]", "masking=mlm_subword", "resume={earlier}"],
          ["resume", "masking.name='mlm_subword' differs", "'fe_subword'"]),
     Case("finetune-checkpoint-missing", ["finetune", "preset=tiny", "model.name_or_path=/nonexistent/ckpt",
-         "finetune.seeds=[1]"], ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"]),
+         "finetune.seeds=[1]"], ["model.name_or_path=/nonexistent/ckpt", "no such checkpoint directory", "Hub id"],
+         subprocess=True),
     Case("task-malformed-jsonl", ["finetune", *LOCAL_TASK, "task.dataset={data}/task_malformed"],
          ["{data}/task_malformed/train.jsonl:2", "malformed JSON"]),
     Case("task-label-outside-label-set", ["finetune", *LOCAL_TASK, "task.dataset={data}/task_badlabel"],
@@ -122,7 +132,8 @@ CASES = [
          ["task.dataset", "no dev file", "dev.jsonl"]),
     # --- the corpus plan (issue 16) and dry runs through the real run's checks (issue 14) ------------------
     Case("prepare-hub-unreachable", ["prepare", "preset=paper", "domain=cs"],
-         ["domain cs: the Hub corpus", "unreachable", "domain.sources"], env={"HF_HUB_OFFLINE": "1"}),
+         ["domain cs: the Hub corpus", "unreachable", "domain.sources"], env={"HF_HUB_OFFLINE": "1"},
+         subprocess=True),
     Case("too-many-passes", ["pretrain-scratch", *SMALL, *TINY_MODEL, "model.tokenizer={tok}",
          "domain.sources=[file:{data}/corpus.txt]", "trainer.max_steps=100000"],
          ["passes over the", "trainer.max_passes=20", "domain.max_documents", "trainer.max_passes=null"],
@@ -132,7 +143,8 @@ CASES = [
     Case("finetune-empty-checkpoint-dry-run", ["finetune", "--dry-run", "preset=tiny", "task=aclarc",
          "model.name_or_path={data}/empty_ckpt"], ["model.name_or_path={data}/empty_ckpt", "no config.json"]),
     Case("evaluate-checkpoints-missing", ["evaluate", "preset=tiny", "evaluate.checkpoints=/nonexistent/dir"],
-         ["evaluate.checkpoints=/nonexistent/dir", "no such file or directory", "evaluate.sweep=true"]),
+         ["evaluate.checkpoints=/nonexistent/dir", "no such file or directory", "evaluate.sweep=true"],
+         subprocess=True),
 ]
 
 
@@ -250,6 +262,8 @@ def test_catalogue_covers_every_subcommand() -> None:
 
     assert len({case.id for case in CASES}) == len(CASES)
     assert {case.args[0] for case in CASES} == set(COMMANDS)
+    # one real subprocess per subcommand that gets past composition
+    assert {c.args[0] for c in CASES if c.subprocess} == {c.args[0] for c in CASES if c not in BEFORE_HYDRA}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
@@ -263,13 +277,13 @@ def test_bad_input(case: Case, cli, femlm_env: dict[str, str], fx: dict[str, str
         run = request.getfixturevalue("earlier")
         values["earlier"] = str(run)
         before = _tree_digest(run)
-    in_process = case in BEFORE_HYDRA
     for key, value in case.env.items():
         femlm_env[key] = _fill(value, values)
-        if in_process:
+        if not case.subprocess:
             monkeypatch.setenv(key, _fill(value, values))
 
-    run_cli = request.getfixturevalue("cli_in_process") if in_process else cli
+    in_process = "cli_in_process" if case in BEFORE_HYDRA else "cli_in_process_with_hydra"
+    run_cli = cli if case.subprocess else request.getfixturevalue(in_process)
     result = run_cli(*[_fill(arg, values) for arg in case.args])
 
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -33,12 +33,13 @@ install: $(STAMP) ## Make .venv and install femlm (with torch and the dev tools)
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
-# The README's test command: everything but the tests marked slow.
+# The README's test command: everything but the tests marked slow (docs/testing.md). The 15 slowest tests are
+# printed, so a test that makes the fast tier slower shows in the log.
 test: $(STAMP) ## The test suite but the tests marked slow (2 workers; PYTEST_WORKERS=0: one process)
-	$(BIN)/pytest -q $(PYTEST_XDIST) -m "not slow"
+	$(BIN)/pytest -q $(PYTEST_XDIST) -m "not slow" --durations=15
 
 test-all: $(STAMP) ## Every test, the slow ones too
-	$(BIN)/pytest -q $(PYTEST_XDIST)
+	$(BIN)/pytest -q $(PYTEST_XDIST) --durations=15
 
 lint: $(STAMP) ## ruff on femlm, tests, benchmarks and examples
 	$(BIN)/ruff check femlm tests benchmarks examples

@@ -50,13 +50,15 @@ def tiny_config(model_type: str, vocab_size: int):
 @pytest.fixture(scope="module", params=sorted(ARCHS))
 def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """(model_type, directory): a tiny random masked LM with its tokenizer, as save_pretrained writes it."""
-    model_type = request.param
-    path = tmp_path_factory.mktemp(model_type)
+    return request.param, save_checkpoint(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def save_checkpoint(model_type: str, path: Path) -> Path:
     tokenizer = tiny_tokenizer(path)
     torch.manual_seed(0)
     config = tiny_config(model_type, len(tokenizer))
     AutoModelForMaskedLM.from_config(config, attn_implementation=ATTENTION[model_type]).save_pretrained(path)
-    return model_type, path
+    return path
 
 
 def test_fe_mlm_loss_and_gradients_equal_the_models_own_dense_loss(checkpoint: tuple[str, Path]) -> None:
@@ -178,9 +180,13 @@ def command(name: str, root: Path, *overrides: str) -> dict:
     return COMMANDS[name].load("run")(cfg, run)
 
 
+# One architecture through the real CLI in the fast tier (deberta-v2: eager attention, relative positions); the
+# others, ~20 s each, in the slow tier; each is trained in-process in the fast tier above and below.
+@pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.slow) if t != "deberta-v2" else t
+                                        for t in sorted(ARCHS)])
 def test_cli_fe_mlm_steps_then_plain_transformers_analyze_finetune_evaluate(
-        checkpoint: tuple[str, Path], cli, local_inputs: dict[str, Path], tmp_path: Path) -> None:
-    model_type, path = checkpoint
+        model_type: str, cli, local_inputs: dict[str, Path], tmp_path: Path) -> None:
+    path = save_checkpoint(model_type, tmp_path / "checkpoint")
     data = [f"domain.sources=[file:{local_inputs['corpus']}]", "data.block_size=32", "runtime.threads=1",
             "logger.progress=false", "logger.wandb.mode=disabled"]
     out = cli("continual-pretrain", "preset=tiny", f"model.name_or_path={path}", "model.tokenizer=null", *data,

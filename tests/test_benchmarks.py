@@ -41,7 +41,13 @@ def test_every_benchmark_has_a_smoke_check() -> None:
     assert {p.name for p in BENCHMARKS} == set(EXPECTED)
 
 
-@pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
+# Smoke runs of 10 s or more (2 loaded cores) run in the slow tier (`make test-all`); docs/testing.md.
+SLOW = {"bench_compile.py", "bench_corpus.py", "bench_data.py", "bench_masking.py", "bench_memory.py",
+        "bench_precision.py", "bench_study.py", "gpu_check.py", "paper_shapes.py"}
+
+
+@pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p
+                                    for p in BENCHMARKS], ids=lambda p: p.stem)
 def test_benchmark_smoke(script: Path, tmp_path: Path) -> None:
     pattern, needs_mirror = EXPECTED[script.name]
     if needs_mirror and not MIRROR.is_dir():

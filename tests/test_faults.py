@@ -151,7 +151,8 @@ def only_run(runs: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------- SIGKILL
-@pytest.mark.parametrize("target", ["state_8", "step_8"], ids=["in-state-write", "in-model-write"])
+@pytest.mark.parametrize("target", ["state_8", pytest.param("step_8", marks=pytest.mark.slow)],
+                         ids=["in-state-write", "in-model-write"])
 def test_sigkill_inside_checkpoint_write_keeps_the_previous_one_and_resumes(synthetic: Path, reference: Path,
                                                                             target: str) -> None:
     root = synthetic
@@ -238,6 +239,7 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow  # the simulated ENOSPC above covers the CLI's line in the fast tier
 def test_real_full_disk_through_the_cli_is_one_line(local_corpus: dict[str, Path], femlm_env: dict[str, str],
                                                      tmp_path: Path, small_disk: Path) -> None:
     args = ["pretrain-scratch", "preset=tiny", "data.eval_blocks=4", "runtime.threads=1", "logger.progress=false",
@@ -293,6 +295,7 @@ def test_ctrl_c_exits_130_with_one_line(local_corpus: dict[str, Path], femlm_env
     assert (run / "run.json").is_file()  # the run directory is kept
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_then_resume_continues(local_corpus: dict[str, Path],
                                                          femlm_env: dict[str, str], tmp_path: Path) -> None:
     args = cli_args(local_corpus, "trainer.max_steps=100000", "runtime.save_every=100000",
@@ -313,6 +316,7 @@ def test_ctrl_c_saves_a_checkpoint_then_resume_continues(local_corpus: dict[str,
 
 
 # ----------------------------------------------------------------------------------------------- determinism
+@pytest.mark.slow  # fast tier: test_behaviour_unchanged's golden numbers, test_train_resume's bitwise resume
 def test_same_config_and_seed_give_the_same_metrics_on_cpu(cli, local_corpus: dict[str, Path],
                                                            tmp_path: Path) -> None:
     args = cli_args(local_corpus, "trainer.max_steps=5", "runtime.eval_every=5", "runtime.save_every=5",

@@ -75,8 +75,9 @@ def test_train_and_eval_steps_have_no_graph_break(model_type: str, sparse: bool)
         assert explained.graph_count == 1
 
 
-@pytest.mark.parametrize(("masking", "sparse"), [(BERNOULLI, True), (BERNOULLI, False), (SPAN, True)],
-                         ids=["bernoulli-sparse", "bernoulli-dense", "span-sparse"])
+@pytest.mark.parametrize(("masking", "sparse"), [(BERNOULLI, True), pytest.param(BERNOULLI, False, marks=pytest.mark.slow),
+                                                 pytest.param(SPAN, True, marks=pytest.mark.slow)],
+                         ids=["bernoulli-sparse", "bernoulli-dense", "span-sparse"])  # 15 s each: 2 in the slow tier
 def test_twenty_compiled_steps_recompile_a_few_times_and_match_eager(masking: MaskingConfig, sparse: bool,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))

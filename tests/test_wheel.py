@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Building a wheel and a virtual environment takes a minute on 2 cores: the slow tier (docs/testing.md).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

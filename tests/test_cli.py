@@ -88,7 +88,8 @@ def test_multirun_dry_run_expands_sweep(cli, tmp_path: Path, tiny_local: list[st
     assert "training FLOPs" in result.stdout and "ASSUMED 30% MFU" in result.stdout
 
 
-def test_two_runs_get_two_directories(cli, tmp_path: Path, tiny_local: list[str]):
+def test_two_runs_get_two_directories(cli_in_process_with_hydra, tmp_path: Path, tiny_local: list[str]):
+    cli = cli_in_process_with_hydra  # dry runs through the real CLI: test_multirun_dry_run_expands_sweep
     for _ in range(2):
         assert cli("pretrain-scratch", "--dry-run", *tiny_local).code == 0
     runs = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
@@ -144,7 +145,9 @@ def test_resume_requires_a_run_directory(cli, tmp_path: Path):
     assert_one_line_error(result, "resume")
 
 
-def test_resume_by_directory_reuses_the_runs_overrides(cli, tmp_path: Path, tiny_local: list[str]):
+def test_resume_by_directory_reuses_the_runs_overrides(cli_in_process_with_hydra, tmp_path: Path,
+                                                      tiny_local: list[str]):
+    cli = cli_in_process_with_hydra  # resume= through the real CLI: test_resume_requires_a_run_directory
     assert cli("pretrain-scratch", "--dry-run", *tiny_local, "masking=mlm_subword").code == 0
     (run_dir,) = [p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]
     result = cli("pretrain-scratch", "--dry-run", f"resume={run_dir}", "trainer.max_steps=7")

@@ -97,6 +97,7 @@ def cli_in_process_with_hydra(femlm_env: dict[str, str], tmp_path: Path, monkeyp
 
     import torch
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
     from typer.testing import CliRunner
 
     from femlm.cli import app
@@ -130,6 +131,7 @@ def cli_in_process_with_hydra(femlm_env: dict[str, str], tmp_path: Path, monkeyp
         lg.setLevel(level)
     torch.set_num_threads(threads)
     GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None
 
 
 @pytest.fixture(scope="session")

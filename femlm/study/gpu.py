@@ -43,6 +43,22 @@ def arm_config(plan: dict[str, Any], arm: str, steps: int) -> Any:
     return validate(compose(COMMAND, [*plan["common"], f"masking={arm}", f"trainer.max_steps={steps}"]), COMMAND)
 
 
+def data_settings(plan: dict[str, Any]) -> list[str]:
+    """The common overrides that decide the prepared tokenizer and blocks (a change needs a new preparation)."""
+    return [o for o in plan["common"] if o.startswith(("domain", "data.", "model.vocab_size", "model.tokenizer"))]
+
+
+def prepared(plan: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """data.json of a prepared folder (None: not prepared); refused when prepared with other settings."""
+    if not (folder / "data.json").is_file():
+        return None
+    info = json.loads((folder / "data.json").read_text())
+    if info.get("settings") != data_settings(plan):
+        raise UserError(f"{folder} was prepared with {info.get('settings')}, the experiment file now says "
+                        f"{data_settings(plan)}: remove {folder} and prepare it again")
+    return info
+
+
 def data_counts(runs: Path) -> tuple[int | None, int | None]:
     meta = runs / "data" / "data.json"
     if not meta.is_file():
@@ -55,8 +71,9 @@ def data_counts(runs: Path) -> tuple[int | None, int | None]:
 def prepare(plan: dict[str, Any], runs: Path) -> str:
     """Tokenizer and blocks into <runs>/data (once; the GPU machine receives the folder prepared)."""
     out = runs / "data"
-    if (out / "data.json").is_file():
-        return f"{out}: prepared already ({json.loads((out / 'data.json').read_text())['train_blocks']} blocks)"
+    info = prepared(plan, out)
+    if info is not None:
+        return f"{out}: prepared already ({info['train_blocks']} training blocks)"
     if not os.environ.get("FEMLM_MIRROR"):
         raise UserError(f"{out} is not prepared and FEMLM_MIRROR is unset: prepare it on a machine with the mirror "
                         "(python benchmarks/gpu_bundle.py does) or set FEMLM_MIRROR")
@@ -78,7 +95,8 @@ def prepare(plan: dict[str, Any], runs: Path) -> str:
         torch.save(blocks[torch.arange(blocks.shape[0])].to(torch.int32).clone(), tmp / f"{name}.pt")
     info = {"domain": cfg.domain.name, "sources": list(cfg.domain.sources), "block_size": cfg.data.block_size,
             "train_blocks": int(train.shape[0]), "validation_blocks": int(val.shape[0]),
-            "vocab_size": len(tokenizer), "tokenizer": "WordPiece trained on the corpus (femlm.train.inputs)"}
+            "vocab_size": len(tokenizer), "tokenizer": "WordPiece trained on the corpus (femlm.train.inputs)",
+            "settings": data_settings(plan)}
     (tmp / "data.json").write_text(json.dumps(info, indent=2) + "\n")
     os.replace(tmp, out)
     return f"{out}: {info['train_blocks']} training and {info['validation_blocks']} held-out blocks of {cfg.data.block_size}"
@@ -145,7 +163,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
     return summary
 
 
-def load_data(runs: Path) -> dict[str, Any]:
+def load_data(plan: dict[str, Any], runs: Path) -> dict[str, Any]:
     import torch
 
     from femlm.data.config import DownloadConfig
@@ -154,6 +172,7 @@ def load_data(runs: Path) -> dict[str, Any]:
     folder = runs / "data"
     if not (folder / "data.json").is_file():
         raise UserError(f"{folder}: not prepared (run the study's prepare step, or benchmarks/gpu_bundle.py)")
+    prepared(plan, folder)
     return {"tokenizer": load_tokenizer(str(folder / "tokenizer"), DownloadConfig(offline=True)),
             "tokenizer_dir": str(folder / "tokenizer"), "train": torch.load(folder / "train.pt"),
             "validation": torch.load(folder / "validation.pt")}
@@ -167,7 +186,7 @@ def train_seeds(plan: dict[str, Any], runs: Path, gp: GpuPlan, started: float, l
     rt = cfgs[gp.arms[0]].runtime
     configure_process(rt)
     device = pick_device(rt.device)
-    data = {**load_data(runs), "eval_every": gp.eval_every}
+    data = {**load_data(plan, runs), "eval_every": gp.eval_every}
     done, ran, seed_s = [], [], gp.seed_seconds
     for seed in gp.seeds:
         final = runs / f"seed_{seed}"

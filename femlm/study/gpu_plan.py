@@ -176,7 +176,8 @@ def make_plan(plan: dict[str, Any], root: Path, train_blocks: int | None = None,
     p.parts = [
         Part("start-up", float(u["startup_s"]), "one process: imports, tokenizer, prepared blocks, device"),
         Part("compile", float(u["compile_s"]) * 2 if compiled else 0.0,
-             "training and evaluation graphs once" if compiled else
+             "training and evaluation graphs once (assumes runs of the same shapes reuse them: not measured)"
+             if compiled else
              f"none: eager ({u['mode_reason']})"),
         Part("training", n_seeds * len(pre["arms"]) * (train_s + float(u["arm_setup_s"])),
              f"{n_seeds} seeds x {len(pre['arms'])} arms x {steps} steps x {rows} rows x {seq} tokens"),
@@ -184,11 +185,13 @@ def make_plan(plan: dict[str, Any], root: Path, train_blocks: int | None = None,
              f"{evals} held-out evaluations of {eval_blocks} blocks per run"),
     ]
     ft = g.get("finetune") or {}
-    ft_s = sum(float(ft["seconds_per_seed"][t]) * study_fpt / ref_fpt * int(ft["seeds"]) for t in ft.get("tasks", []))
+    ft_s = len(pre["arms"]) * int(ft.get("seeds", 0)) * sum(float(ft["seconds_per_seed"][t]) * study_fpt / ref_fpt
+                                                          for t in ft.get("tasks", []))
     left = budget - p.total_s - float(u["results_s"])
     if ft:
         why = (f"needs ~{ft_s / 60:.1f} min, {max(left, 0) / 60:.1f} left after the seeds"
                if ft_s > left else "fits, but in-process fine-tuning is not built yet (README: what is left)")
+        why += f"; {len(pre['arms'])} arms x {ft['seeds']} seeds x {', '.join(ft['tasks'])}"
         p.parts.append(Part("fine-tuning", ft_s, f"skipped: {why}", skipped=True))
     p.parts.append(Part("results", float(u["results_s"]), "CSVs, figure, README, one archive"))
     p.lines = [

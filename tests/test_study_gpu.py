@@ -149,3 +149,16 @@ def test_the_smoke_study_runs_in_one_process_and_continues_where_it_stopped(tmp_
     assert "1 seeds trained now, 2 before" in again.stderr
     after = json.loads((tmp_path / "runs" / "seed_3" / "fe_subword" / "summary.json").read_text())
     assert after["final_eval_loss"] == before["final_eval_loss"]
+
+
+def test_a_confirmatory_name_that_matches_no_comparison_claims_nothing(tmp_path: Path) -> None:
+    from femlm.study.gpu_results import write_results
+
+    plan = raw()
+    plan["confirmatory"] = ["fe_subword final loss (typo)"]
+    for seed in (1, 2):
+        for arm in plan["pretrain"]["arms"]:
+            _fake_run(tmp_path / "runs" / f"seed_{seed}" / arm, arm, seed, 0.2 if arm == "fe_subword" else 0.0)
+    readme = write_results(plan, make_plan(plan, REPO), tmp_path / "runs", tmp_path / "out").read_text()
+    assert "Holm not applied: no comparison is named fe_subword final loss (typo)" in readme
+    assert "(confirmatory" not in readme and "Holm " not in readme.split("Holm not applied")[1]

@@ -18,7 +18,6 @@ would compose them. Three steps for the runner:
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import time
@@ -112,7 +111,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
     from femlm.models.resolve import resolve_scratch
     from femlm.runtime.device import precision_name
     from femlm.train import inputs
-    from femlm.train.core import PretrainCore
+    from femlm.train.core import NonFiniteLoss, PretrainCore
     from femlm.train.distributed import DistInfo
     from femlm.train.evaluation import build_eval_set
     from femlm.train.loop import Progress
@@ -139,9 +138,11 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
         first = evaluate(0)
         for step in range(1, core.max_steps + 1):
             t0 = time.perf_counter()
-            stats = core.step(step)
-            if not math.isfinite(stats.loss):
-                raise UserError(f"study_gpu: {cfg.masking.name} seed {seed}: loss {stats.loss} at step {step}")
+            try:
+                stats = core.step(step)
+            except NonFiniteLoss as err:  # the seed stays .partial: its arms are not written as a result
+                raise UserError(f"study_gpu: {cfg.masking.name} seed {seed}: {err}; lower trainer.lr or raise "
+                                "trainer.warmup_ratio in the experiment file's common overrides") from None
             progress.add(stats, core, time.perf_counter() - t0)
             last = step == core.max_steps
             if step % every == 0 or last:

@@ -42,9 +42,13 @@ def collect(plan: dict[str, Any], runs: Path) -> dict[str, Any]:
 
 def holm(rows: list[dict[str, Any]], names: list[str], alpha: float) -> str | None:
     """Holm-adjusted p of the confirmatory rows (statsmodels), in place as `p_holm`; None, or why not."""
-    chosen = [r for r in rows if f"{r['arm']} {r['quantity']}" in names and r.get("p") is not None]
-    if not chosen:
-        return "no confirmatory comparison has a p-value (too few complete seeds)"
+    named = [r for r in rows if f"{r['arm']} {r['quantity']}" in names]
+    if len(named) < len(names):
+        found = {f"{r['arm']} {r['quantity']}" for r in named}
+        return f"no comparison is named {', '.join(n for n in names if n not in found)} (the experiment's confirmatory:)"
+    chosen = [r for r in named if r.get("p") is not None]
+    if len(chosen) < len(names):
+        return "a confirmatory comparison has no p-value (too few complete seeds)"
     try:
         from statsmodels.stats.multitest import multipletests
     except ImportError:

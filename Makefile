@@ -12,7 +12,7 @@ endif
 
 .PHONY: install test test-all lint bench gpu-check reproduce-tiny reproduce-continual reproduce-glue \
         reproduce-glue-average reproduce-figures reproduce-table1 reproduce-table2 reproduce-table3 study study-smoke \
-        study-base study-base-smoke study-passes study-passes-smoke clean help
+        study-base study-base-smoke study-passes study-passes-smoke study-gpu study-gpu-smoke clean help
 
 # `make help` (the default) is generated from the `## ` comment after each target's prerequisites: a new target
 # documents itself there.
@@ -118,6 +118,15 @@ study-passes: $(STAMP) ## FE across passes vs MLM vs K-copy FE on all-MiniLM-L6-
 # The same driver at toy scale on a tiny random BERT (no download, a few minutes): results/study-passes-smoke/.
 study-passes-smoke: $(STAMP) ## study-passes at toy scale on a tiny random BERT (a few minutes): results/study-passes-smoke/
 	$(EXPERIMENT) study_passes --smoke $(ARGS)
+
+# The equal-compute test at GPU scale (issue 39; femlm/conf/experiment/study_gpu.yaml): BERT 8 x 512 from scratch on the
+# CS corpus, MLM vs FE across passes vs K-copy FE, every arm and seed in one process, planned to fit 8 minutes of one
+# H100. On the (offline) GPU machine run the command `python benchmarks/gpu_bundle.py` prints: results/study-gpu/.
+study-gpu: $(STAMP) ## On a GPU: MLM vs FE across passes vs K-copy FE, BERT from scratch, one process (~8 min, H100): results/study-gpu/
+	$(EXPERIMENT) study_gpu $(ARGS)
+
+study-gpu-smoke: $(STAMP) ## study-gpu's code path at toy size on the CPU (about a minute): results/study-gpu-smoke/
+	$(EXPERIMENT) study_gpu --smoke $(ARGS)
 
 clean: ## Remove runs/, multiruns/ and the tool caches
 	rm -rf runs multiruns .pytest_cache .ruff_cache

@@ -30,7 +30,10 @@ ALLOWED = {
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
     "experiment": {"femlm", "errors"},
-    "study": {"analysis", "data", "errors", "experiment", "models", "outputs", "provenance", "report", "runs"},
+    # study/gpu.py (issue 39) trains every arm and seed in its one process: the arms' configs composed as the CLI
+    # composes them (compose, config) and femlm's own step (train, masking, runtime).
+    "study": {"analysis", "compose", "config", "data", "errors", "experiment", "masking", "models", "outputs",
+              "provenance", "report", "runs", "runtime", "train"},
 }
 
 

@@ -29,7 +29,8 @@ from femlm.experiment.tables import Options
 
 # Which code turns experiment files into steps (module:function(experiments, options) -> steps), by the blocks a
 # file sets: an `encoder:` block makes a study (femlm.study sits above this package: named here, imported late).
-PIPELINES = {"tables": "femlm.experiment.tables:build_steps", "study": "femlm.study.driver:pipeline"}
+PIPELINES = {"tables": "femlm.experiment.tables:build_steps", "study": "femlm.study.driver:pipeline",
+             "gpu": "femlm.study.gpu:pipeline"}  # a `gpu:` block: all arms and seeds in this one process
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -45,8 +46,8 @@ def slug(name: str) -> str:
 
 
 def pipeline(exps: list[Experiment]) -> str:
-    kinds = {"study" if e.study else "tables" for e in exps}
-    if len(kinds) > 1 or (kinds == {"study"} and len(exps) > 1):
+    kinds = {"gpu" if e.gpu is not None else "study" if e.study else "tables" for e in exps}
+    if len(kinds) > 1 or (kinds & {"study", "gpu"} and len(exps) > 1):
         raise UserError(f"experiments {', '.join(e.name for e in exps)}: a study runs alone")
     return PIPELINES[kinds.pop()]
 

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     masker = build_masker(masking, tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
     tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
     runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed,
-                            micro_batch_size=gpu.femlm_micro)
+                            micro_batch_size=gpu.femlm_micro, **gpu.runtime)
     cuda = torch.device(device).type == "cuda"
     core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0,
                         dist=DistInfo(device=torch.device(device)))
@@ -224,6 +224,7 @@ class GpuOptions:
     hf_workers: int = 0  # HF's dataloader_num_workers
     probe: Any = None  # start(core, steps), femlm_step(core, step, sync) -> stats, hf_done(step)
     hf: bool = True  # False: femlm's steps alone (no HF side; its figures are NaN)
+    runtime: dict[str, Any] = field(default_factory=dict)  # more runtime keys (gpu_check: runtime=gpu's)
 
 
 class _Rows(torch.utils.data.Dataset):

@@ -116,7 +116,7 @@ def micro_batches(cfg: Config, compiled: bool, device_bytes: float | None, smoke
     if device_bytes is None:
         return (rows // 2, cfg.batch // 2) if smoke and cfg.name == "scratch" else (rows, cfg.batch)
     shape = model_shape(bert_config(SHAPES["base"]))
-    fused = not keeps_attention_probabilities(RuntimeConfig(compile=compiled))
+    fused = not keeps_attention_probabilities(RuntimeConfig(compile=compiled, **gpu_runtime()))
 
     def fit(n: int, dense: bool) -> int:
         while n > 1 and n % 2 == 0 and micro_batch_memory(
@@ -126,6 +126,18 @@ def micro_batches(cfg: Config, compiled: bool, device_bytes: float | None, smoke
         return n
 
     return fit(rows, False), fit(cfg.batch, True)
+
+
+def gpu_runtime() -> dict:
+    """The runtime keys `runtime=gpu` sets (femlm/conf/runtime/gpu.yaml) beyond what each row sets itself (device,
+    precision, compile, micro-batch): what users run, e.g. an attention kernel, read without Hydra."""
+    import yaml
+
+    from femlm import CONF_DIR
+
+    keys = yaml.safe_load((Path(CONF_DIR) / "runtime" / "gpu.yaml").read_text()) or {}
+    own = {"device", "precision", "compile", "micro_batch_size"}
+    return {k: v for k, v in keys.items() if k in RuntimeConfig.__dataclass_fields__ and k not in own}
 
 
 def bert_config(shape: Shape) -> object:
@@ -161,7 +173,7 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
                     seq=cfg.seq)
     probe = _gpu.StepProbe(cuda, warmup, count_syncs=cuda or not compiled)
     options = GpuOptions(masking=ARMS[cfg.arm], femlm_micro=micro, hf_micro=hf_micro,
-                         hf_workers=4 if cuda else 1, probe=probe, hf=cfg.arm == "mlm")
+                         hf_workers=4 if cuda else 1, probe=probe, hf=cfg.arm == "mlm", runtime=gpu_runtime())
     out = bench_shape(shape, steps, warmup, peak or math.nan, workdir, "bf16", compile_femlm=compiled,
                       device=device, compile_hf=compiled, gpu=options)
     rows = probe.rows or cfg.batch
@@ -169,7 +181,7 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
     hf_s, hf_compile = probe.steady(out["hf_times"], probe.hf_compiled)
     mshape = model_shape(bert_config(shape))
     model_flops = mshape.flops.per_step(rows, cfg.seq, out["predicted"])
-    runtime = RuntimeConfig(compile=compiled)
+    runtime = RuntimeConfig(compile=compiled, **gpu_runtime())
     estimate = micro_batch_memory(mshape, micro, cfg.seq, round(out["predicted"] * micro / rows), value_bytes=2,
                                   fused_attention=cuda and not keeps_attention_probabilities(runtime))["total"]
     hf_flops = mshape.flops.per_step(cfg.batch, cfg.seq, out["predicted"] * cfg.batch / rows)
@@ -230,7 +242,8 @@ def main() -> int:
                         help="also the compiled rows (default: yes on a GPU, no under --smoke)")
     parser.add_argument("--budget-s", type=float, default=480, help="the whole run's planned seconds; only extra "
                         "configurations are skipped past it")
-    parser.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD of this checkout)")
+    parser.add_argument("--commit", help="the commit measured (default: git rev-parse HEAD of this checkout; "
+                        "a copy without .git, as a device machine receives, needs it given)")
     parser.add_argument("--only", help="comma list of configuration names to run (continual, scratch, fe_k4, "
                         "fe_passes, continuity; default: all)")
     args = parser.parse_args()
@@ -265,7 +278,8 @@ def main() -> int:
     if peak is None:
         skipped.append(f"MFU: {peak_label}")
     print(f"gpu-check on {card}: torch {torch.__version__}, CUDA {torch.version.cuda}, transformers "
-          f"{transformers.__version__}; commit {commit}, step_version {step_version}; {peak_label}", flush=True)
+          f"{transformers.__version__}; commit {commit}, step_version {step_version}; {peak_label}; femlm runtime: "
+          f"runtime=gpu's keys {gpu_runtime()}", flush=True)
 
     # without --compile (--smoke's default) every configuration runs eager once, the compiled-only FE rows too
     wanted = set(args.only.split(",")) if args.only else None
@@ -304,6 +318,7 @@ def main() -> int:
               "cuda": torch.version.cuda, "transformers": transformers.__version__, "smoke": args.smoke,
               "peak_flops": peak, "peak_label": peak_label, "precision": "bf16", "tests": tests, "bench": [],
               "agreement": None, "skipped": skipped, "budget_s": args.budget_s, "plan": plan,
+              "femlm_runtime": {"precision": "bf16", **gpu_runtime()},
               "configs": [asdict(c) for c in (SMOKE_CONFIGS if args.smoke else GPU_CONFIGS)],
               "model": asdict(SHAPES["smoke" if args.smoke else "base"])}
 
@@ -319,6 +334,7 @@ def main() -> int:
                 print(f"  skipped: {skipped[-1]}", flush=True)
                 continue
             gc.collect()  # the last configuration's models and optimizers
+            torch._dynamo.reset()  # its compiled code too: a new core's first compile is not counted a recompile
             if cuda:
                 torch.cuda.empty_cache()
             try:

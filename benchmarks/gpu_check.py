@@ -172,8 +172,9 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
     shape = replace(SHAPES["smoke" if args.smoke else "base"], name=f"{cfg.name}_L{cfg.seq}", batch=cfg.batch,
                     seq=cfg.seq)
     probe = _gpu.StepProbe(cuda, warmup, count_syncs=cuda or not compiled)
-    options = GpuOptions(masking=ARMS[cfg.arm], femlm_micro=micro, hf_micro=hf_micro,
-                         hf_workers=4 if cuda else 1, probe=probe, hf=cfg.arm == "mlm", runtime=gpu_runtime())
+    workers = 4 if cuda else int(cfg.name == "continual")  # --smoke: HF's worker path once, in the first row
+    options = GpuOptions(masking=ARMS[cfg.arm], femlm_micro=micro, hf_micro=hf_micro, hf_workers=workers,
+                         probe=probe, hf=cfg.arm == "mlm", runtime=gpu_runtime())
     out = bench_shape(shape, steps, warmup, peak or math.nan, workdir, "bf16", compile_femlm=compiled,
                       device=device, compile_hf=compiled, gpu=options)
     rows = probe.rows or cfg.batch

@@ -229,8 +229,8 @@ def markdown(record: dict[str, Any]) -> str:
         mode = "compiled" if row["compile"] else "eager"
         lines.append(f"| {label(row)} | {mode} | {row['femlm']:.0f} | {row['hf']:.0f} | {row['ratio']:.2f} | "
                      f"{mfu[0]} | {mfu[1]} | {row['graphs']} / {row['recompiles']} / {row['compile_s']:.1f} | "
-                     f"{row['hf_graphs']} / {row['hf_recompiles']} / {row['hf_compile_s']:.1f} | {syncs} | {mem} | "
-                     f"{row['estimate_gib']:.3g} |")
+                     f"{row['hf_graphs']} / {row['hf_recompiles']} / {row['hf_compile_s']:.1f} | {syncs} | "
+                     f"{mem} | {row['estimate_gib']:.3g} |")
     if record.get("complete") is False:
         lines += ["", "INCOMPLETE: the run had not reached its end when this was written (rows so far)."]
     agree = record["agreement"]

@@ -125,7 +125,8 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     hf_micro = gpu.hf_micro or shape.batch
     args = TrainingArguments(output_dir=str(workdir / f"hf_{shape.name}"), max_steps=total,
                              per_device_train_batch_size=hf_micro,
-                             gradient_accumulation_steps=shape.batch // hf_micro, learning_rate=LR, weight_decay=0.01,
+                             gradient_accumulation_steps=shape.batch // hf_micro, learning_rate=LR,
+                             weight_decay=0.01,
                              adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
                              warmup_steps=int(WARMUP * total), lr_scheduler_type="linear", logging_steps=log_every,
                              save_strategy="no", report_to="none", use_cpu=not cuda, seed=0, disable_tqdm=True,

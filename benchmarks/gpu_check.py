@@ -2,8 +2,9 @@
 
 1. tests  `pytest -m cuda tests/test_cuda.py` in a subprocess that sees every GPU (placement, bf16 autocast, fp16
    with a GradScaler, fused AdamW, torch.compile, DDP over NCCL with 2+ GPUs); skips printed with their reasons.
-2. bench  femlm's pre-training step (PretrainCore, as `femlm pretrain-scratch` / `continual-pretrain` run it) against
-   HF Trainer at its best (bf16, sdpa, `torch_compile`, DataLoader workers, no length grouping) + its MLM collator,
+2. bench  femlm's pre-training step (PretrainCore, as `femlm pretrain-scratch` / `continual-pretrain` run it)
+   against HF Trainer at its best (bf16, sdpa, `torch_compile`, DataLoader workers, no length grouping) + its MLM
+   collator,
    interleaved step by step (benchmarks/bench_train.py's bench_shape), BERT-base, bf16, eager and compiled:
      the paper's shapes first, never skipped: 48 x 512 (continual recipe), 256 x 512 and 256 x 128 (from scratch);
      micro-batches (gradient accumulation) where femlm's memory estimate says one pass would not fit;
@@ -111,7 +112,8 @@ def planned_s(cfg: Config, compiled: bool, args: argparse.Namespace) -> float:
 def micro_batches(cfg: Config, compiled: bool, device_bytes: float | None, smoke: bool) -> tuple[int, int]:
     """(femlm's micro-batch in model rows, HF's in sequences): the largest halving of the batch whose estimated
     peak (femlm/train/estimate.py; HF: every token through the vocabulary head) stays under 50% of the card's
-    memory, both models and their optimizer states being resident (an estimate 0.88-0.98x the measured peaks). --smoke: half the batch for "scratch"."""
+    memory, both models and their optimizer states being resident (the estimate was 0.88-0.98x the measured
+    peaks). --smoke: half the batch for "scratch"."""
     rows = cfg.batch  # model rows: trainer.equal_compute=same_rows (the default), FE K=4 too (batch / K sequences)
     if device_bytes is None:
         return (rows // 2, cfg.batch // 2) if smoke and cfg.name == "scratch" else (rows, cfg.batch)
@@ -197,8 +199,8 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
            "predicted": out["predicted"], "peak_gib": out["femlm_peak_bytes"] / GIB if cuda else None,
            "estimate_gib": estimate / GIB}
     if cfg.arm != "mlm":
-        same = [r for r in done if r["arm"] == "mlm" and (r["batch"], r["seq"], r["compile"]) == (cfg.batch, cfg.seq,
-                                                                                                  compiled)]
+        key = (cfg.batch, cfg.seq, compiled)
+        same = [r for r in done if r["arm"] == "mlm" and (r["batch"], r["seq"], r["compile"]) == key]
         row.update({"hf": same[0]["hf"] if same else math.nan, "hf_mfu": same[0]["hf_mfu"] if same else None,
                     "hf_from": f"{same[0]['name']} row (HF has no FE arm)" if same else "no HF row of this shape"})
     row["ratio"] = row["femlm"] / row["hf"]
@@ -213,7 +215,8 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
     if row["syncs_per_step"] is None:
         syncs = "not counted (CPU compiled: a dispatch mode would change the graph)"
     else:
-        which = "every step reads (this core has no read_at)" if probe.reads_every_step else "steps that do not log"
+        which = ("every step reads (this core has no read_at)" if probe.reads_every_step
+                 else "steps that do not log")
         syncs = f"{row['syncs_per_step']:.2f} per step over {probe.sync_steps} {which}"
     print(f"{tag} host syncs: {syncs}")
     print(f"{tag} tokens/s femlm={row['femlm']:.0f} hf={row['hf']:.0f} ratio={row['ratio']:.2f} mfu={mfu} "
@@ -226,7 +229,8 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peak: float | N
 
 def write(out: Path, record: dict) -> None:
     """results.json and results.md of `record`, each replaced whole (a temporary file renamed over it)."""
-    for name, text in (("results.json", json.dumps(record, indent=1) + "\n"), ("results.md", _gpu.markdown(record))):
+    texts = {"results.json": json.dumps(record, indent=1) + "\n", "results.md": _gpu.markdown(record)}
+    for name, text in texts.items():
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)
         tmp.replace(out / name)
@@ -279,8 +283,8 @@ def main() -> int:
     if peak is None:
         skipped.append(f"MFU: {peak_label}")
     print(f"gpu-check on {card}: torch {torch.__version__}, CUDA {torch.version.cuda}, transformers "
-          f"{transformers.__version__}; commit {commit}, step_version {step_version}; {peak_label}; femlm runtime: "
-          f"runtime=gpu's keys {gpu_runtime()}", flush=True)
+          f"{transformers.__version__}; commit {commit}, step_version {step_version}; {peak_label}; "
+          f"femlm runtime: runtime=gpu's keys {gpu_runtime()}", flush=True)
 
     # without --compile (--smoke's default) every configuration runs eager once, the compiled-only FE rows too
     wanted = set(args.only.split(",")) if args.only else None
@@ -315,8 +319,8 @@ def main() -> int:
     date = datetime.date.today().isoformat()
     parent = args.out or (Path(tempfile.mkdtemp(prefix="gpu-check-")) if args.smoke else _gpu.ROOT / "results" / "gpu")
     out = _gpu.fresh_dir(parent / f"{_gpu.slug(card)}-{date}")
-    record = {"card": card, "date": date, "commit": commit, "step_version": step_version, "torch": torch.__version__,
-              "cuda": torch.version.cuda, "transformers": transformers.__version__, "smoke": args.smoke,
+    record = {"card": card, "date": date, "commit": commit, "step_version": step_version,
+              "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__, "smoke": args.smoke,
               "peak_flops": peak, "peak_label": peak_label, "precision": "bf16", "tests": tests, "bench": [],
               "agreement": None, "skipped": skipped, "budget_s": args.budget_s, "plan": plan,
               "femlm_runtime": {"precision": "bf16", **gpu_runtime()},

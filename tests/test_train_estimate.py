@@ -178,7 +178,8 @@ def test_records_of_the_old_step_are_history(tmp_path: Path) -> None:
     # the repository's own first record (torch 2.11 on an H100, before issue 36's step) prices nothing
     first = "nvidia-h100-80gb-hbm3-2026-11-26"
     (tmp_path / "repo" / first).mkdir(parents=True)
-    (tmp_path / "repo" / first / "results.json").write_text((REPO / "results/gpu" / first / "results.json").read_text())
+    recorded = (REPO / "results/gpu" / first / "results.json").read_text()
+    (tmp_path / "repo" / first / "results.json").write_text(recorded)
     assert measured_mfu("H100 SXM", 512, 16, True, tmp_path / "repo") is None
 
 
@@ -192,7 +193,8 @@ def test_dry_run_hours_use_the_measured_mfu_and_label_the_assumed_one(tmp_path: 
     cfg, tokenizer, config, masker = _tiny(tmp_path)
     seq, rows = cfg.data.block_size, cfg.trainer.batch_size
     _record(tmp_path / "gpu", "nvidia-h100-80gb-hbm3-2026-12-01", H100, [(rows, seq, cfg.runtime.compile, 0.5)])
-    plan = compute_plan(cfg, model_shape(config), masked_per_row(masker, tokenizer, seq), gpu_results=tmp_path / "gpu")
+    masked = masked_per_row(masker, tokenizer, seq)
+    plan = compute_plan(cfg, model_shape(config), masked, gpu_results=tmp_path / "gpu")
     h100, a100 = plan["mfu"]["H100 SXM"], plan["mfu"]["A100"]
     assert h100["measured"] and h100["mfu"] == 0.5 and not a100["measured"]
     assert a100["mfu"] == cfg.runtime.assumed_mfu and a100["label"].startswith("ASSUMED")

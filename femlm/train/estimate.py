@@ -1,6 +1,7 @@
 """The compute plan of a pre-training run from the model's shape alone (no weights read): total training FLOPs,
-the peak memory of one micro-batch, and hours on named GPUs at a measured (else an assumed) MFU. `femlm
-<pretraining command> --dry-run` prints it (femlm.train.plan), and the README's paper-scale estimates are its output.
+the peak memory of one micro-batch, and hours on named GPUs at a measured (else an assumed) MFU.
+`femlm <pretraining command> --dry-run` prints it (femlm.train.plan), and the README's paper-scale estimates are
+its output.
 
 * FLOPs: femlm.train.flops's model-FLOP count, the one every run records as `train_flops` (dense encoder at
   every row token, MLM head at the masked targets), over every step of the run.

@@ -69,6 +69,8 @@ ARMS = {  # femlm's masking per arm; HF's collator is always Bernoulli MLM 15%
 
 @dataclass(frozen=True)
 class Config:
+    """One benchmarked configuration: `batch` rows (trainer.batch_size) of `seq` tokens, femlm's arm, its modes."""
+
     name: str
     batch: int
     seq: int

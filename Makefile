@@ -50,9 +50,13 @@ bench: $(STAMP) ## The masking, data, precision and training benchmarks (print t
 	$(BIN)/python benchmarks/bench_precision.py
 	$(BIN)/python benchmarks/bench_train.py
 
-# On a CUDA machine (within 10 minutes on one H100). Results go to results/gpu/<card>-<date>/, ready to commit.
-gpu-check: $(STAMP) ## On a GPU: the CUDA tests, femlm vs HF Trainer at BERT-base (tokens/s, MFU, memory), CUDA-vs-CPU losses
-	$(BIN)/python benchmarks/gpu_check.py
+# On a CUDA machine (about 8 minutes on one H100). Results go to results/gpu/<card>-<date>/, ready to commit.
+# A Python ($(GPU_PYTHON)) that already imports torch and transformers runs it as it is, installing nothing (torch
+# is never reinstalled; hydra-core/omegaconf/antlr4 may come as wheels: benchmarks/gpu_bundle.py); else .venv.
+GPU_PYTHON ?= python3
+gpu-check: ## On a GPU: CUDA tests, femlm vs HF Trainer at the paper's shapes (tokens/s, MFU, syncs), CUDA-vs-CPU losses
+	@if $(GPU_PYTHON) -c "import torch, transformers" 2>/dev/null; then $(GPU_PYTHON) benchmarks/gpu_check.py; \
+	else $(MAKE) install && $(BIN)/python benchmarks/gpu_check.py; fi
 
 # Every experiment runs through one runner (femlm/experiment/): femlm/conf/experiment/<name>.yaml -> one femlm command
 # per step in a fixed run directory; run it again to continue (finished steps are skipped, a cut pre-training

@@ -1,20 +1,24 @@
-"""Helpers of benchmarks/gpu_check.py: which card this is and its published peak, the CUDA tests in a
+"""Helpers of benchmarks/gpu_check.py: which card this is and its published peak, the probe around each step
+(graphs, recompiles, compile seconds, host syncs: counted from outside the core), the CUDA tests in a
 subprocess, the CUDA-vs-CPU loss agreement, and where the results go."""
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 import _common  # noqa: F401 (puts the repository and tests/ on sys.path)
 import torch
 
-from femlm.train.estimate import GPU_PEAK_BF16
+from femlm.train.estimate import GPU_PEAK_BF16, gpu_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,19 +26,105 @@ ROOT = Path(__file__).resolve().parents[1]
 def card_peak(name: str) -> tuple[str | None, float | None]:
     """(key of GPU_PEAK_BF16, its published dense bf16 peak) for a CUDA device name such as "NVIDIA H100 80GB
     HBM3"; (None, None) for a card the table does not hold (MFU is then not reported)."""
-    if "H100" in name:
-        key = "H100 PCIe" if "PCIe" in name else None if "NVL" in name else "H100 SXM"
-    elif "H200" in name:
-        key = "H200"
-    elif "A100" in name:
-        key = "A100"
-    elif re.search(r"\bL4\b", name):
-        key = "L4"
-    elif re.search(r"\bA10\b", name):
-        key = "A10"
-    else:
-        key = None
+    key = gpu_key(name)
     return key, GPU_PEAK_BF16.get(key) if key else None
+
+
+def dynamo_counts() -> tuple[int, int]:
+    """(graphs compiled, recompiles) so far in this process: dynamo's unique_graphs counter and its guard
+    failures (each failed guard set is one recompile)."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    return int(counters["stats"]["unique_graphs"]), sum(len(v) for v in guard_failures.values())
+
+
+class _ScalarReads:
+    """Counts aten._local_scalar_dense on this thread (what .item(), float(), int(), bool() of a tensor run):
+    the CPU's stand-in for CUDA's sync debug mode."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+                if func is torch.ops.aten._local_scalar_dense.default:
+                    outer.count += 1
+                return func(*args, **(kwargs or {}))
+
+        self.count, self.mode = 0, Mode()
+
+
+class StepProbe:
+    """bench_train.bench_shape's probe (GpuOptions.probe): which steps compiled (dynamo's counters before and after
+    each step of either side), femlm's host syncs in the measured steps that read no device value (CUDA:
+    torch.cuda.set_sync_debug_mode's warnings, from any thread; CPU, eager only: reads of a tensor's value on the
+    stepping thread), and the core's `read_at` set as the training loop sets it (a read every `log_every` steps
+    and at the last), where the core has one. Only public parts of the core are used: step(s), read_at."""
+
+    def __init__(self, cuda: bool, warmup: int, log_every: int = 10, count_syncs: bool = True) -> None:
+        self.cuda, self.warmup, self.log_every, self.count_syncs = cuda, warmup, log_every, count_syncs
+        self.femlm_compiled: list[bool] = []
+        self.hf_compiled: list[bool] = []
+        self.graphs = {"femlm": 0, "hf": 0}
+        self.recompiles = {"femlm": 0, "hf": 0}
+        self.syncs, self.sync_steps, self.rows = 0, 0, None
+        self.reads_every_step = True
+
+    def start(self, core: Any, total: int) -> None:
+        self.rows = getattr(core, "rank_model_rows", None)
+        if hasattr(core, "read_at"):
+            core.read_at = lambda s: s % self.log_every == 0 or s == total
+            self.reads_every_step = False
+        self.mark = dynamo_counts()
+
+    def _delta(self, side: str) -> bool:
+        now = dynamo_counts()
+        graphs, recompiles = now[0] - self.mark[0], now[1] - self.mark[1]
+        self.graphs[side] += graphs
+        self.recompiles[side] += recompiles
+        self.mark = now
+        return graphs > 0 or recompiles > 0
+
+    def hf_done(self, step: int) -> None:
+        self.hf_compiled.append(self._delta("hf"))
+
+    def femlm_step(self, core: Any, step: int, sync: Any) -> Any:
+        if len(self.hf_compiled) < len(self.femlm_compiled) + 1:  # HF's step before this one
+            self.hf_compiled.append(self._delta("hf"))
+        reads = core.read_at(step) if hasattr(core, "read_at") else True
+        counted = self.count_syncs and step > self.warmup and (self.reads_every_step or not reads)
+        if not counted:
+            stats = core.step(step)
+        elif self.cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    stats = core.step(step)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            self.syncs += sum("synchroniz" in str(w.message) for w in caught)
+        else:
+            reads_here = _ScalarReads()
+            with reads_here.mode:
+                stats = core.step(step)
+            self.syncs += reads_here.count
+        self.sync_steps += counted
+        sync()
+        self.femlm_compiled.append(self._delta("femlm"))
+        return stats
+
+    def steady(self, times: list[float], compiled: list[bool]) -> tuple[float, float]:
+        """(steady seconds per step: the mean of the measured steps that compiled nothing; compile seconds: what
+        the steps that compiled took beyond that)."""
+        if not times:  # a side that did not run
+            return math.nan, 0.0
+        flags = (compiled + [False] * len(times))[:len(times)]
+        clean = [t for i, (t, c) in enumerate(zip(times, flags, strict=True)) if i >= self.warmup and not c]
+        step_s = statistics.fmean(clean or times[self.warmup:] or times)
+        return step_s, sum(max(t - step_s, 0.0) for t, c in zip(times, flags, strict=True) if c)
 
 
 def slug(text: str) -> str:
@@ -54,6 +144,11 @@ def fresh_dir(base: Path) -> Path:
 def run_cuda_tests(timeout: int, base_env: dict[str, str]) -> dict[str, Any]:
     """`pytest -m cuda tests/test_cuda.py` in a subprocess (environment `base_env`, so every GPU is visible to
     it): its counts, and each skip with its reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return {"status": "skipped", "summary": "not run: pytest is not installed", "counts": {}, "skips": [],
+                "failures": []}
     env = {**base_env, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
                                                          base_env.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-m", "cuda", "-rs",
@@ -118,16 +213,26 @@ def loss_agreement(device: str, steps: int) -> dict[str, Any]:
 def markdown(record: dict[str, Any]) -> str:
     """The short table committed beside results.json."""
     lines = [f"# gpu-check: {record['card']} ({record['date']})", "",
-             f"torch {record['torch']}, CUDA {record['cuda']}; peak: {record['peak_label']}", "",
+             f"torch {record['torch']}, CUDA {record['cuda']}, transformers {record.get('transformers', '?')}; "
+             f"commit {record.get('commit', '?')}, step_version {record.get('step_version', '?')}; "
+             f"peak: {record['peak_label']}", "",
              f"CUDA tests: {record['tests'].get('summary') or record['tests']['status']}", "",
-             "| shape | mode | femlm tok/s | HF tok/s | ratio | MFU femlm | MFU HF | peak mem GiB | estimate GiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "Tokens/s are steady-state (steps that compiled nothing); compile seconds, graphs and recompiles "
+             "apart; syncs: femlm's host syncs per step that reads no device value.", "",
+             "| configuration | mode | femlm tok/s | HF tok/s | ratio | MFU femlm | MFU HF | femlm graphs / "
+             "recompiles / compile s | HF graphs / recompiles / compile s | syncs/step | peak mem GiB | "
+             "estimate GiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in record["bench"]:
         mfu = [f"{row[k]:.3f}" if row.get(k) is not None else "—" for k in ("mfu", "hf_mfu")]
         mem = f"{row['peak_gib']:.3g}" if row.get("peak_gib") else "—"
+        syncs = f"{row['syncs_per_step']:.1f}" if row.get("syncs_per_step") is not None else "—"
         mode = "compiled" if row["compile"] else "eager"
-        lines.append(f"| {row['shape']} b={row['batch']} L={row['seq']} | {mode} | {row['femlm']:.0f} | {row['hf']:.0f} | "
-                     f"{row['ratio']:.2f} | {mfu[0]} | {mfu[1]} | {mem} | {row['estimate_gib']:.3g} |")
+        lines.append(f"| {label(row)} | {mode} | {row['femlm']:.0f} | {row['hf']:.0f} | {row['ratio']:.2f} | "
+                     f"{mfu[0]} | {mfu[1]} | {row['graphs']} / {row['recompiles']} / {row['compile_s']:.1f} | "
+                     f"{row['hf_graphs']} / {row['hf_recompiles']} / {row['hf_compile_s']:.1f} | {syncs} | "
+                     f"{mem} | {row['estimate_gib']:.3g} |")
+    if record.get("complete") is False:
+        lines += ["", "INCOMPLETE: the run had not reached its end when this was written (rows so far)."]
     agree = record["agreement"]
     if agree:
         lines += ["", f"losses {agree['device']} bf16 vs CPU fp32 over {agree['steps']} steps: max relative "
@@ -136,3 +241,16 @@ def markdown(record: dict[str, Any]) -> str:
     if record["skipped"]:
         lines += ["", "Skipped:"] + [f"- {s}" for s in record["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def label(row: dict[str, Any]) -> str:
+    """`name b=48 L=512` (+ the arm and the micro-batches where they are not the plain MLM batch)."""
+    text = f"{row['name']} b={row['batch']} L={row['seq']}"
+    if row.get("arm", "mlm") != "mlm":
+        text += f" {row['arm']}"
+    micro = []
+    if row.get("micro") and row["micro"] < row.get("rows", row["batch"]):
+        micro.append(f"femlm micro {row['micro']}")
+    if row.get("hf_micro") and row["hf_micro"] < row["batch"]:
+        micro.append(f"HF micro {row['hf_micro']}")
+    return text + (f" ({', '.join(micro)})" if micro else "")

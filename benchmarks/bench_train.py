@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -86,14 +88,16 @@ def build_model(shape: Shape) -> torch.nn.Module:
 
 def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,
                 precision: str = "fp32", compile_femlm: bool = False, keep_freed: bool = True,
-                device: str = "cpu", compile_hf: bool = False) -> dict[str, float]:
+                device: str = "cpu", compile_hf: bool = False, gpu: GpuOptions | None = None) -> dict[str, Any]:
     """Both sides' tokens/s, MFU and HFU (against `matmul_flops`, the peak FLOP/s), and the ratio. On CUDA each
     timing waits for the GPU, and `femlm_peak_bytes` is femlm's peak memory: its model and optimizer states plus
     the most its step held at once (HF's model, resident beside it, excluded). `compile_hf`: TrainingArguments'
-    torch_compile (--compile compiles femlm's side only)."""
-    from datasets import Dataset
+    torch_compile (--compile compiles femlm's side only). `gpu`: benchmarks/gpu_check.py's options (masking arm,
+    micro-batches, HF's DataLoader workers, a probe around each step); None: this script's own runs. The result
+    also holds each side's per-step seconds (`femlm_times`, `hf_times`, warm-up included)."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
+    gpu = gpu or GpuOptions()
     tokenizer = tiny_tokenizer(workdir / f"tok_{shape.name}", words=shape.vocab - 5)
     assert len(tokenizer) == shape.vocab
     total = steps + warmup
@@ -102,34 +106,54 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     counts = flop_counts(model)
 
     # (a) femlm: the PretrainCore that run_pretrain drives
-    masker = build_masker(MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15),
-                          tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
+    masking = gpu.masking or MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15)
+    masker = build_masker(masking, tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
     tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
-    runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed)
+    runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed,
+                            micro_batch_size=gpu.femlm_micro, **gpu.runtime)
     cuda = torch.device(device).type == "cuda"
     core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0,
                         dist=DistInfo(device=torch.device(device)))
+    if gpu.probe is not None:
+        gpu.probe.start(core, total)
 
     # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
     special = [[int(t in (tokenizer.cls_token_id, tokenizer.sep_token_id)) for t in row] for row in blocks.tolist()]
-    dataset = Dataset.from_dict({"input_ids": blocks.tolist(), "special_tokens_mask": special})
+    dataset = hf_dataset(blocks.tolist(), special)
     collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=0.15)
     log_every = max(1, total // 2)
+    hf_micro = gpu.hf_micro or shape.batch
     args = TrainingArguments(output_dir=str(workdir / f"hf_{shape.name}"), max_steps=total,
-                             per_device_train_batch_size=shape.batch, learning_rate=LR, weight_decay=0.01,
+                             per_device_train_batch_size=hf_micro,
+                             gradient_accumulation_steps=shape.batch // hf_micro, learning_rate=LR,
+                             weight_decay=0.01,
                              adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
                              warmup_steps=int(WARMUP * total), lr_scheduler_type="linear", logging_steps=log_every,
                              save_strategy="no", report_to="none", use_cpu=not cuda, seed=0, disable_tqdm=True,
-                             dataloader_num_workers=0, bf16=precision == "bf16",
-                             torch_compile=compile_hf)
+                             dataloader_num_workers=gpu.hf_workers, bf16=precision == "bf16",
+                             torch_compile=compile_hf)  # group_by_length / length sampling: off (default)
     times: dict[str, list[float]] = {"femlm": [], "hf": []}
-    femlm_losses: list[float] = []
-    femlm_predicted: list[int] = []
+    femlm_stats: list[Any] = []  # read after the run: a read of a device value would wait for the GPU
     peak = [0]
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize(device)
+
+    def femlm_step(step: int) -> None:
+        if cuda:
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        if gpu.probe is not None:
+            stats = gpu.probe.femlm_step(core, step, sync)
+        else:
+            stats = core.step(step)
+            sync()
+        times["femlm"].append(time.perf_counter() - start)
+        if cuda and step > warmup:  # the step's own peak on top of what was resident + states
+            peak[0] = max(peak[0], torch.cuda.max_memory_allocated(device) - before + state_bytes(core))
+        femlm_stats.append(stats)
 
     class Interleave(TrainerCallback):
         mark = 0.0
@@ -140,30 +164,31 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
             sync()
             times["hf"].append(time.perf_counter() - self.mark)
-            if cuda:
-                before = torch.cuda.memory_allocated(device)
-                torch.cuda.reset_peak_memory_stats(device)
-            start = time.perf_counter()
-            stats = core.step(state.global_step)
-            sync()
-            times["femlm"].append(time.perf_counter() - start)
-            if cuda and state.global_step > warmup:  # the step's own peak on top of what was resident + states
-                peak[0] = max(peak[0], torch.cuda.max_memory_allocated(device) - before + state_bytes(core))
-            femlm_losses.append(stats.loss)
-            femlm_predicted.append(stats.masked_tokens)
+            if gpu.probe is not None:
+                gpu.probe.hf_done(state.global_step)
+            femlm_step(state.global_step)
             self.mark = time.perf_counter()
 
-    trainer = Trainer(model=copy.deepcopy(model), args=args, train_dataset=dataset, data_collator=collator,
-                      callbacks=[Interleave()])
-    from transformers.trainer_callback import PrinterCallback
+    hf_losses = []
+    if gpu.hf:
+        trainer = Trainer(model=copy.deepcopy(model), args=args, train_dataset=dataset, data_collator=collator,
+                          callbacks=[Interleave()])
+        from transformers.trainer_callback import PrinterCallback
 
-    trainer.remove_callback(PrinterCallback)  # its per-log prints are not part of the comparison
-    trainer.train()
-    hf_losses = [(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r and "step" in r]
+        trainer.remove_callback(PrinterCallback)  # its per-log prints are not part of the comparison
+        trainer.train()
+        hf_losses = [(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r and "step" in r]
+    else:  # femlm alone (gpu_check's FE rows: HF has no such arm)
+        for step in range(1, total + 1):
+            femlm_step(step)
+    if hasattr(core, "close"):  # the batch producer's thread (issue 36's core)
+        core.close()
+    femlm_losses = [stats.loss for stats in femlm_stats]
+    femlm_predicted = [stats.masked_tokens for stats in femlm_stats]
 
     tokens = shape.batch * shape.seq
     fem_s = sum(times["femlm"][warmup:]) / steps
-    hf_s = sum(times["hf"][warmup:]) / steps
+    hf_s = sum(times["hf"][warmup:]) / steps if times["hf"] else math.nan
     predicted = sum(femlm_predicted[warmup:]) / steps
     sparse_last = core.objective.last_layer is not None
     model_flops = counts.per_step(shape.batch, shape.seq, int(predicted))  # the same for both sides
@@ -171,7 +196,9 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     hf_executed = counts.per_step(shape.batch, shape.seq, tokens)
     out = {"femlm": tokens / fem_s, "hf": tokens / hf_s, "mfu": model_flops / fem_s / matmul_flops,
            "hf_mfu": model_flops / hf_s / matmul_flops, "hfu": fem_executed / fem_s / matmul_flops,
-           "hf_hfu": hf_executed / hf_s / matmul_flops, "predicted": predicted, "femlm_peak_bytes": peak[0]}
+           "hf_hfu": hf_executed / hf_s / matmul_flops, "predicted": predicted, "femlm_peak_bytes": peak[0],
+           "femlm_times": times["femlm"], "hf_times": times["hf"], "model_flops": model_flops,
+           "femlm_executed_flops": fem_executed}
     out["ratio"] = out["femlm"] / out["hf"]
     prefix = f"[{shape.name} b={shape.batch} L={shape.seq}]"
     print(f"{prefix} step s femlm={fem_s:.3f} hf={hf_s:.3f} (mean of {steps} after {warmup} warm-up)")
@@ -186,6 +213,41 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     print(f"{prefix} tokens/s femlm={out['femlm']:.0f} hf={out['hf']:.0f} ratio={out['ratio']:.2f} "
           f"mfu={out['mfu']:.3f}", flush=True)
     return out
+
+
+@dataclass
+class GpuOptions:
+    """What benchmarks/gpu_check.py sets beyond this script's own runs (the defaults are this script's)."""
+
+    masking: MaskingConfig | None = None  # femlm's arm (None: mlm_bernoulli 15%, like HF's collator)
+    femlm_micro: int | None = None  # runtime.micro_batch_size (None: the whole batch at once)
+    hf_micro: int | None = None  # HF's per-device batch; gradient accumulation makes up the batch
+    hf_workers: int = 0  # HF's dataloader_num_workers
+    probe: Any = None  # start(core, steps), femlm_step(core, step, sync) -> stats, hf_done(step)
+    hf: bool = True  # False: femlm's steps alone (no HF side; its figures are NaN)
+    runtime: dict[str, Any] = field(default_factory=dict)  # more runtime keys (gpu_check: runtime=gpu's)
+
+
+class _Rows(torch.utils.data.Dataset):
+    """HF's training rows without the `datasets` package (a GPU machine may lack it): dicts of Python lists."""
+
+    def __init__(self, ids: list[list[int]], special: list[list[int]]) -> None:
+        self.ids, self.special = ids, special
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, list[int]]:
+        return {"input_ids": self.ids[i], "special_tokens_mask": self.special[i]}
+
+
+def hf_dataset(ids: list[list[int]], special: list[list[int]]) -> Any:
+    """A `datasets.Dataset` as run_mlm.py uses where the package is installed, else the same rows as _Rows."""
+    try:
+        from datasets import Dataset
+    except ImportError:
+        return _Rows(ids, special)
+    return Dataset.from_dict({"input_ids": ids, "special_tokens_mask": special})
 
 
 def state_bytes(core: PretrainCore) -> int:

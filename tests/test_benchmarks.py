@@ -29,8 +29,13 @@ EXPECTED = {
     "bench_study.py": (r"estimate.seconds: \{train_row: .*head_row: .*ft_train_example_aclarc: .*gradient_row: ",
                        True),
     "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),
-    "gpu_check.py": (r"\[smoke eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+\n(.*\n)*"
-                     r"losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*gpu-check ok in ", False),
+    "gpu_check.py": (r"plan: \[continual b=4 L=64 eager\] .*\n(.*\n)*"
+                     r"\[continual b=4 L=64 eager\] graphs=0 recompiles=0 compile_s=\S+\n(.*\n)*"
+                     r"\[continual b=4 L=64 eager\] host syncs: \S+ per step .*\n"
+                     r"\[continual b=4 L=64 eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+ .*\n(.*\n)*"
+                     r"\[scratch b=8 L=64 \(femlm micro 4, HF micro 4\) eager\] tokens/s (.*\n)*"
+                     r"\[fe_k4 b=4 L=64 fe_k4 eager\] tokens/s (.*\n)*"
+                     r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*gpu-check ok in ", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),
     "span_stats.py": (r"FE-span K=8 r=0.125 ", True),
     "wholeword_law.py": (r"FE new: p=.* P\(conflict\)=\S+ (.*\n)*timing, \d+ rows, K 6: old ", True),

@@ -1,6 +1,7 @@
 """The compute plan of a pre-training run from the model's shape alone (no weights read): total training FLOPs,
-the peak memory of one micro-batch, and hours on named GPUs at an assumed MFU. `femlm <pretraining command>
---dry-run` prints it (femlm.train.plan), and the README's paper-scale estimates are its output.
+the peak memory of one micro-batch, and hours on named GPUs at a measured (else an assumed) MFU.
+`femlm <pretraining command> --dry-run` prints it (femlm.train.plan), and the README's paper-scale estimates are
+its output.
 
 * FLOPs: femlm.train.flops's model-FLOP count, the one every run records as `train_flops` (dense encoder at
   every row token, MLM head at the masked targets), over every step of the run.
@@ -18,14 +19,27 @@ the peak memory of one micro-batch, and hours on named GPUs at an assumed MFU. `
                    fp32 log-probabilities and, in backward, their fp32 gradient (V x (value + 8 B)).
   tests/test_train_estimate.py checks it against the peak resident memory of real CPU steps (fp32). On a GPU
   add the CUDA context and the caching allocator's slack (commonly 0.5-2 GiB), which it does not count.
-* Hours: FLOPs / (the GPU's dense bf16 peak x `runtime.assumed_mfu`), one GPU; with data-parallel GPUs divide
-  by their number (less what communication costs). The MFU is an assumption until a run on that GPU measures
-  it (benchmarks/bench_train.py prints MFU).
+* Hours: FLOPs / (the GPU's dense bf16 peak x MFU), one GPU; with data-parallel GPUs divide by their number
+  (less what communication costs). The MFU is MEASURED where `make gpu-check` has measured that card with the
+  current training step (`measured_mfu`: the newest committed results/gpu/<card>-<date>/results.json of that card
+  whose `step_version` is STEP_VERSION or later, at the row of the same sequence length and the nearest batch,
+  compiled or eager as `runtime.compile` says); elsewhere it is `runtime.assumed_mfu`, printed as an assumption.
+  results/gpu is found beside the package, i.e. in the repository checkout femlm runs from (an editable install);
+  femlm installed as a wheel has no results/gpu beside it, so its dry runs use the assumption for every card.
+* Memory calibration (results/gpu/nvidia-h100-80gb-hbm3-2026-11-26, torch 2.11 on one H100, bf16): eager steps
+  measured 0.98x this estimate with fused attention at 64 x 128 and 16 x 512; compiled steps measured 6.78 GiB at
+  16 x 512 (1.40x the fused estimate): compiled, torch's automatic SDPA choice kept the attention probabilities.
+  With that term (`fused_attention=False`) both compiled rows measure 0.88x. So a compiled run with
+  `runtime.sdpa_backend` auto (or math) is estimated with the probabilities kept; eager runs and explicit fused
+  backends (flash, efficient, cudnn) without them. tests/test_train_estimate.py checks the recorded figures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +59,73 @@ GPU_PEAK_BF16: dict[str, float] = {
 }
 PLAN_GPUS = ("H100 SXM", "A100", "L4")  # the GPUs the dry run prices a run on
 GIB = 2**30
+# Where `make gpu-check` commits its records: the repository checkout that holds this package (absent beside a
+# wheel installed in site-packages: the dry run then assumes runtime.assumed_mfu everywhere).
+RESULTS_GPU = Path(__file__).resolve().parents[2] / "results" / "gpu"
+# The training step whose speed a gpu-check record measured: 1 before issue 36; 2 from issue 36 on (fixed shapes
+# for one compiled graph, no host reads in non-logging steps, the next batch prefetched, runtime.sdpa_backend).
+# Only records of STEP_VERSION or later price a run; older ones are history.
+STEP_VERSION = 2
+
+
+def step_version() -> int:
+    """The version of the training step this checkout runs (gpu_check records it): 2 once the runtime section
+    has issue 36's keys (sdpa_backend, prefetch), else 1."""
+    from femlm.runtime.config import RuntimeConfig
+
+    names = {f.name for f in fields(RuntimeConfig)}
+    return STEP_VERSION if {"sdpa_backend", "prefetch"} <= names else 1
+
+
+def gpu_key(name: str) -> str | None:
+    """The key of GPU_PEAK_BF16 for a CUDA device name such as "NVIDIA H100 80GB HBM3" (None: not in the table;
+    an H100 NVL has no entry)."""
+    if "H100" in name:
+        return "H100 PCIe" if "PCIe" in name else None if "NVL" in name else "H100 SXM"
+    for key, pattern in (("H200", r"H200"), ("A100", r"A100"), ("L4", r"\bL4\b"), ("A10", r"\bA10\b")):
+        if re.search(pattern, name):
+            return key
+    return None
+
+
+@dataclass(frozen=True)
+class MeasuredMfu:
+    """One gpu-check row that prices a run: its MFU and where it was measured."""
+
+    mfu: float
+    record: str  # the record's directory name, results/gpu/<card>-<date>
+    batch: int
+    seq: int
+    compiled: bool
+    commit: str | None
+
+    def label(self) -> str:
+        mode = "compiled" if self.compiled else "eager"
+        at = f" at commit {self.commit}" if self.commit else ""
+        return f"MEASURED {self.mfu:.1%} MFU (results/gpu/{self.record}, {self.batch} x {self.seq} {mode}{at})"
+
+
+def measured_mfu(gpu: str, seq: int, batch: int, compiled: bool, root: Path = RESULTS_GPU) -> MeasuredMfu | None:
+    """The MFU gpu-check measured for `gpu` (a GPU_PEAK_BF16 key): the newest record (by its date, then its
+    directory name) of that card with step_version >= STEP_VERSION and a femlm MFU at sequence length `seq` in
+    the mode `compiled`; in it, the MLM row of the batch nearest `batch` (the larger one on a tie). None when no
+    such record exists."""
+    records = []
+    for path in sorted(root.glob("*/results.json")) if root.is_dir() else []:
+        record = json.loads(path.read_text())
+        if record.get("smoke") or record.get("step_version", 1) < STEP_VERSION:
+            continue
+        if gpu_key(record.get("card", "")) != gpu:
+            continue
+        rows = [r for r in record.get("bench", []) if r.get("seq") == seq and bool(r.get("compile")) == compiled
+                and r.get("arm", "mlm") == "mlm" and r.get("mfu")]
+        if rows:
+            records.append((str(record.get("date", "")), path.parent.name, record, rows))
+    if not records:
+        return None
+    _, name, record, rows = max(records, key=lambda r: (r[0], r[1]))
+    row = min(rows, key=lambda r: (abs(r["batch"] - batch), -r["batch"]))
+    return MeasuredMfu(float(row["mfu"]), name, int(row["batch"]), seq, compiled, record.get("commit"))
 
 
 @dataclass(frozen=True)
@@ -113,36 +194,50 @@ def masked_per_row(masker: Any, tokenizer: Any, seq: int) -> float:
     return float((labels != -100).sum()) / labels.shape[0]
 
 
-def compute_plan(cfg: Any, shape: ModelShape, masked: float) -> dict[str, Any]:
+def keeps_attention_probabilities(runtime: Any) -> bool:
+    """Whether a GPU step of this runtime keeps the attention probabilities for backward (the memory
+    calibration in the module docstring): compiled with torch's automatic (or the math) SDPA kernel."""
+    return bool(runtime.compile) and getattr(runtime, "sdpa_backend", "auto") in ("auto", "math")
+
+
+def compute_plan(cfg: Any, shape: ModelShape, masked: float, gpu_results: Path = RESULTS_GPU) -> dict[str, Any]:
     """The run's training FLOPs, the memory of its micro-batch under bf16 autocast on a GPU, and its hours on
-    each GPU of PLAN_GPUS at runtime.assumed_mfu (one process; `masked`: masked targets per row)."""
+    each GPU of PLAN_GPUS at the MFU gpu-check measured there (`measured_mfu`, records under `gpu_results`), else
+    at runtime.assumed_mfu (one process; `masked`: masked targets per row)."""
     tcfg, runtime, seq = cfg.trainer, cfg.runtime, cfg.data.block_size
     layout = step_layout(tcfg.equal_compute, tcfg.batch_size, tcfg.max_steps, cfg.masking.num_copies)
     flops = layout.steps * shape.flops.per_step(layout.rows, seq, masked * layout.rows)
     micro = min(runtime.micro_batch_size or layout.rows, layout.rows)
-    memory = micro_batch_memory(shape, micro, seq, round(masked * micro), value_bytes=2,
+    fused = not keeps_attention_probabilities(runtime)
+    memory = micro_batch_memory(shape, micro, seq, round(masked * micro), value_bytes=2, fused_attention=fused,
                                 sparse_prediction=runtime.sparse_prediction)
-    mfu = runtime.assumed_mfu
+    mfu: dict[str, dict[str, Any]] = {}
+    for gpu in PLAN_GPUS:
+        found = measured_mfu(gpu, seq, layout.rows, bool(runtime.compile), gpu_results)
+        mfu[gpu] = ({"mfu": found.mfu, "measured": True, "label": found.label()} if found else
+                    {"mfu": runtime.assumed_mfu, "measured": False,
+                     "label": f"ASSUMED {runtime.assumed_mfu:.0%} MFU (runtime.assumed_mfu; no gpu-check record "
+                     "of this card with the current step)"})
     return {
         "train_flops": flops, "steps": layout.steps, "rows_per_step": layout.rows, "seq": seq,
         "masked_per_row": masked, "params": shape.params,
-        "micro_batch": {"rows": micro, "memory_gib": {k: round(b / GIB, 2) for k, b in memory.items()}},
-        "assumed_mfu": mfu,
-        "gpu_hours": {gpu: round(flops / (GPU_PEAK_BF16[gpu] * mfu) / 3600, 1) for gpu in PLAN_GPUS},
+        "micro_batch": {"rows": micro, "fused_attention": fused,
+                        "memory_gib": {k: round(b / GIB, 2) for k, b in memory.items()}},
+        "assumed_mfu": runtime.assumed_mfu, "mfu": mfu,
+        "gpu_hours": {gpu: round(flops / (GPU_PEAK_BF16[gpu] * mfu[gpu]["mfu"]) / 3600, 1) for gpu in PLAN_GPUS},
     }
 
 
 def plan_lines(plan: dict[str, Any]) -> list[str]:
     """The compute plan as the dry run prints it; every estimate says it is one."""
     mem = plan["micro_batch"]["memory_gib"]
-    hours = ", ".join(f"{gpu} {h:,} h" for gpu, h in plan["gpu_hours"].items())
+    attention = "fused attention" if plan["micro_batch"]["fused_attention"] else "attention probabilities kept"
     return [
         f"compute: {plan['train_flops']:.3g} training FLOPs = {plan['steps']:,} steps x {plan['rows_per_step']} rows "
         f"x {plan['seq']} tokens ({plan['params'] / 1e6:.1f}M parameters, {plan['masked_per_row']:.1f} masked targets "
         "per row; femlm.train.flops)",
         f"  peak memory of one micro-batch of {plan['micro_batch']['rows']} rows (estimate from the model shape, bf16 "
-        f"autocast, fused attention): {mem['total']:.1f} GiB = model and AdamW states {mem['model_states']:.1f} + "
+        f"autocast, {attention}): {mem['total']:.1f} GiB = model and AdamW states {mem['model_states']:.1f} + "
         f"activations {mem['activations']:.1f} + MLM head {mem['mlm_head']:.1f}",
-        f"  one GPU at an ASSUMED {plan['assumed_mfu']:.0%} MFU (runtime.assumed_mfu; dense bf16 peaks from the "
-        f"vendor's data sheets): {hours}; data-parallel GPUs divide it",
-    ]
+        "  hours on one GPU (dense bf16 peaks from the vendors' data sheets; data-parallel GPUs divide them):",
+    ] + [f"    {gpu}: {hours:,} h at {plan['mfu'][gpu]['label']}" for gpu, hours in plan["gpu_hours"].items()]

@@ -4,7 +4,8 @@ A `--dry-run` calls it, and the real run makes the same checks through the same 
 (an unreachable Hub corpus is one line, never a silent fall-back to the offline stand-in), the tokenizer and the
 model's config (no weights read), the masker and the batch layout, and the corpus plan: documents, tokens and
 blocks, and the passes the run would make over them (refused past trainer.max_passes). It also prints the compute
-plan (femlm.train.estimate): training FLOPs, the memory of one micro-batch and GPU hours at an assumed MFU.
+plan (femlm.train.estimate): training FLOPs, the memory of one micro-batch
+and GPU hours at the MFU gpu-check measured on that card, else at an assumed one (labelled).
 """
 
 from __future__ import annotations

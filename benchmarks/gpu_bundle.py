@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     study = (INSTALL + "python3 -m femlm.experiment study_gpu; rc=$?; tar czf $OUT/study-gpu.tar.gz "
              "--exclude=runs/study-gpu/data results/study-gpu runs/study-gpu; exit $rc")
-    check = INSTALL + "python3 benchmarks/gpu_check.py --out $OUT/gpu"
+    # The device copy has no .git: name the commit measured here, so results.json records it.
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit = head.stdout.strip() or "unknown"
+    check = INSTALL + f"python3 benchmarks/gpu_check.py --out $OUT/gpu --commit {commit}"
     print(f"\nthe study (one command, timeout_s=600; carry {carry}):\n  {study}")
     print(f"\ngpu-check (its own window; carry ['.whl']):\n  {check}")
     return 0

@@ -328,6 +328,14 @@ def _register(name: str, command: Command) -> None:
     ) -> None:
         if cfg is not None and cfg not in ("job", "hydra", "all"):
             fail(f"--cfg {cfg!r}: allowed job, hydra, all")
+        if name == "report" and "--compare" in ctx.args:  # two result folders compared, no run (report/compare.py)
+            from femlm.report.compare import main as compare
+
+            args = list(ctx.args)
+            try:
+                raise typer.Exit(compare(args[args.index("--compare") + 1:] + args[:args.index("--compare")]))
+            except UserError as err:
+                fail(str(err))
         dispatch(name, list(ctx.args), multirun=multirun, cfg=cfg, dry_run=dry_run)
 
     app.command(name, help=_help_text(name, command), context_settings={

@@ -82,7 +82,7 @@ def shared_wordpiece(cfg: Any) -> Path:
     digest = hashlib.sha256()
     for doc in documents:
         digest.update(doc.encode("utf-8", "surrogatepass") + b"\0")
-    key = f"wordpiece-v{cfg.model.vocab_size}-{digest.hexdigest()[:16]}"
+    key = f"wordpiece2-v{cfg.model.vocab_size}-{digest.hexdigest()[:16]}"  # 2: trained in two passes
     cached = cfg.download.cache_path() / "tokenizers" / key
     if not (cached / "tokenizer_config.json").is_file():
         tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")

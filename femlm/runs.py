@@ -130,9 +130,11 @@ def environment_of(run_dirs: list[Path]) -> dict[str, Any]:
         found["vocabulary_sha256"].add(result.get("vocabulary_sha256"))
         found["git_commit"].add(info.get("git_commit"))
         corpus = result.get("corpus")
-        if isinstance(corpus, dict) and isinstance(corpus.get("train"), dict):
-            record = {s: {k: corpus[s].get(k) for k in ("documents", "tokens", "blocks")}
-                      for s in ("train", "validation") if isinstance(corpus.get(s), dict)}
+        # the corpus plan of a pre-training summary ("splits"), or femlm prepare's summary (splits at the top)
+        splits = (corpus.get("splits") or corpus) if isinstance(corpus, dict) else {}
+        if isinstance(splits.get("train"), dict):
+            record = {s: {k: splits[s].get(k) for k in ("documents", "tokens", "blocks")}
+                      for s in ("train", "validation") if isinstance(splits.get(s), dict)}
             record["sha256"] = corpus.get("sha256")
             domain = str(result.get("domain") or corpus.get("domain") or "?")
             if record not in corpora.setdefault(domain, []):

@@ -35,7 +35,9 @@ def _runs(root: Path, scores: tuple[float, float, float] = (0.70, 0.72, 0.74), t
     for d in (pre, ft):
         d.mkdir(parents=True)
         (d / "run.json").write_text(json.dumps(info))
-    corpus = {**CORPUS, "train": {**CORPUS["train"], "tokens": tokens}}
+    # a pre-training summary's corpus plan (femlm.data.plan.CorpusPlan: counts under "splits")
+    corpus = {"domain": "cs", "splits": {"train": {**CORPUS["train"], "tokens": tokens},
+                                         "validation": CORPUS["validation"]}, "sha256": dict(CORPUS["sha256"])}
     (pre / "summary.json").write_text(json.dumps({
         "kind": "pretrain", "command": "continual-pretrain", "masking": "fe_subword", "domain": "cs",
         "model": "tiny", "steps": 10, "precision": "fp32", "threads": 2, "corpus": corpus,

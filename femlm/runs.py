@@ -126,7 +126,8 @@ def environment_of(run_dirs: list[Path]) -> dict[str, Any]:
             found["device"].add(_device(hw))
             found["threads"].add(hw.get("torch_threads"))
         found["threads"].add(result.get("threads"))
-        found["precision"].add(result.get("precision"))
+        recipe = result.get("recipe") if isinstance(result.get("recipe"), dict) else {}
+        found["precision"].add(result.get("precision") or recipe.get("precision"))  # pre-training's or fine-tuning's
         found["vocabulary_sha256"].add(result.get("vocabulary_sha256"))
         found["git_commit"].add(info.get("git_commit"))
         corpus = result.get("corpus")

@@ -49,7 +49,8 @@ def _runs(root: Path, scores: tuple[float, float, float] = (0.70, 0.72, 0.74), t
     seeds = [{"seed": i + 1, "test": {"macro_f1": v}, "dev": {"macro_f1": v}} for i, v in enumerate(scores)]
     (ft / "results.json").write_text(json.dumps({
         "kind": "finetune", "task": "aclarc", "metric": "macro_f1", "main_metric": "macro_f1", "eval_split": "test",
-        "checkpoint": str(pre), "pretrain": femlm, "seeds": seeds, "aggregate": {}, "notes": []}))
+        "checkpoint": str(pre), "pretrain": femlm, "seeds": seeds, "aggregate": {}, "notes": [],
+        "recipe": {"precision": "bf16"}}))
     return root
 
 
@@ -62,11 +63,11 @@ def test_environment_record_and_line(tmp_path: Path) -> None:
     runs = _runs(tmp_path / "runs")
     env = environment_of(sorted(p for p in runs.iterdir()))
     assert env["runs"] == 2 and env["packages"]["torch"] == ["2.13.0"]
-    assert env["device"] == ["AMD EPYC [avx512_bf16]"] and env["threads"] == [2] and env["precision"] == ["fp32"]
+    assert env["device"] == ["AMD EPYC [avx512_bf16]"] and env["threads"] == [2] and env["precision"] == ["bf16", "fp32"]
     assert env["corpora"]["cs"][0]["sha256"] == CORPUS["sha256"] and env["vocabulary_sha256"] == ["c" * 64]
     assert env["not_recorded"] == []
     line = environment_line(env)
-    assert "\n" not in line and "torch 2.13.0" in line and "cs aaaaaaaaaaaa" in line and "fp32" in line
+    assert "\n" not in line and "torch 2.13.0" in line and "cs aaaaaaaaaaaa" in line and "bf16 / fp32" in line
     # runs from before the record: said, not guessed
     bare = tmp_path / "old"
     bare.mkdir()

@@ -328,6 +328,13 @@ def _register(name: str, command: Command) -> None:
     ) -> None:
         if cfg is not None and cfg not in ("job", "hydra", "all"):
             fail(f"--cfg {cfg!r}: allowed job, hydra, all")
+        mode = next((m for m, _ in command.modes if m in ctx.args), None)  # e.g. femlm report --compare A B
+        if mode is not None:
+            args = list(ctx.args)
+            try:
+                raise typer.Exit(command.load(mode)(args[args.index(mode) + 1:] + args[:args.index(mode)]))
+            except UserError as err:
+                fail(str(err))
         dispatch(name, list(ctx.args), multirun=multirun, cfg=cfg, dry_run=dry_run)
 
     app.command(name, help=_help_text(name, command), context_settings={

@@ -30,9 +30,12 @@ class Command:
     # Whether its long loops poll femlm.stop (SIGTERM / SIGUSR1 / SIGUSR2 then stop it at a safe point; a command
     # that does not poll keeps the signals' default action: it ends at once).
     stoppable: bool = True
+    # Options that replace the command with another function (no config, no run directory): ("--option",
+    # "module:function") pairs; the function is called with the other arguments and returns the exit status.
+    modes: tuple[tuple[str, str], ...] = ()
 
     def load(self, which: str) -> Any:
-        module, name = getattr(self, which).split(":")
+        module, name = (dict(self.modes).get(which) or getattr(self, which)).split(":")
         return getattr(importlib.import_module(module), name)
 
     def accepted(self) -> str:
@@ -66,7 +69,8 @@ COMMANDS: dict[str, Command] = {
                        accepts="femlm.analysis.config:KINDS"),
     "report": Command("Collect run results into the paper's tables and figures (Markdown, LaTeX, CSV, PNG).",
                       ("report", "logger"), "femlm.report.report:run_report", "femlm.report.report:plan_report",
-                      positional="report.inputs", accepts="femlm.report.config:INPUTS", stoppable=False),
+                      positional="report.inputs", accepts="femlm.report.config:INPUTS", stoppable=False,
+                      modes=(("--compare", "femlm.report.compare:main"),)),  # femlm report --compare A B
 }
 
 

@@ -86,6 +86,93 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+# What every result folder records of the runs behind it (femlm report's report.json and tables' meta.json, the
+# studies' study.json): `environment_of` reads it from the runs, `environment_line` is its README line.
+LINE_PACKAGES = ("python", "torch", "transformers", "tokenizers", "numpy")
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _device(hw: dict[str, Any]) -> str | None:
+    gpus = hw.get("gpus")
+    if gpus:
+        return ", ".join(sorted(set(map(str, gpus))))
+    return hw.get("cpu")
+
+
+def environment_of(run_dirs: list[Path]) -> dict[str, Any]:
+    """What made the runs in `run_dirs`, from their run.json (packages, hardware, threads) and summary.json or
+    results.json (precision; a pre-training run's corpus counts and sha256 and its vocabulary's sha256). Each
+    value is the sorted list of the distinct values the runs recorded (two entries: the runs disagree);
+    `not_recorded` names what no run recorded (runs made before femlm recorded it)."""
+    packages: dict[str, set[str]] = {}
+    found: dict[str, set[Any]] = {"device": set(), "threads": set(), "precision": set(), "vocabulary_sha256": set(),
+                                  "git_commit": set()}
+    corpora: dict[str, list[dict[str, Any]]] = {}
+    dirs = sorted({Path(d) for d in run_dirs})
+    for run_dir in dirs:
+        info = _load_json(run_dir / RUN_MARKER)
+        result = _load_json(run_dir / "summary.json") or _load_json(run_dir / "results.json")
+        for name, version in (info.get("packages") or {}).items():
+            packages.setdefault(name, set()).add(str(version))
+        hw = info.get("hardware") or result.get("hardware") or {}
+        if isinstance(hw, dict):
+            found["device"].add(_device(hw))
+            found["threads"].add(hw.get("torch_threads"))
+        found["threads"].add(result.get("threads"))
+        recipe = result.get("recipe") if isinstance(result.get("recipe"), dict) else {}
+        found["precision"].add(result.get("precision") or recipe.get("precision"))  # pre-training's or fine-tuning's
+        found["vocabulary_sha256"].add(result.get("vocabulary_sha256"))
+        found["git_commit"].add(info.get("git_commit"))
+        corpus = result.get("corpus")
+        # the corpus plan of a pre-training summary ("splits"), or femlm prepare's summary (splits at the top)
+        splits = (corpus.get("splits") or corpus) if isinstance(corpus, dict) else {}
+        if isinstance(splits.get("train"), dict):
+            record = {s: {k: splits[s].get(k) for k in ("documents", "tokens", "blocks")}
+                      for s in ("train", "validation") if isinstance(splits.get(s), dict)}
+            record["sha256"] = corpus.get("sha256")
+            domain = str(result.get("domain") or corpus.get("domain") or "?")
+            if record not in corpora.setdefault(domain, []):
+                corpora[domain].append(record)
+    env: dict[str, Any] = {"runs": len(dirs), "packages": {k: sorted(v) for k, v in sorted(packages.items())}}
+    env.update({k: sorted(v - {None}, key=str) for k, v in found.items()})
+    env["corpora"] = corpora
+    missing = [k for k in ("packages", "device", "threads", "precision", "vocabulary_sha256") if not env[k]]
+    if not any(r.get("sha256") for records in corpora.values() for r in records):
+        missing.append("corpus sha256")
+    env["not_recorded"] = missing
+    return env
+
+
+def environment_under(root: str | Path) -> dict[str, Any]:
+    """`environment_of` every run directory under `root` (a study's runs_dir; an absent one: no runs)."""
+    root = Path(root)
+    return environment_of([p.parent for p in root.rglob(RUN_MARKER)] if root.is_dir() else [])
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """One README line naming what made a result folder (`environment_of`'s record; full values in the meta)."""
+    def one(values: list[Any]) -> str:
+        return " / ".join(map(str, values)) if values else "not recorded"
+
+    pk = env.get("packages") or {}
+    parts = [", ".join(f"{name} {one(pk.get(name, []))}" for name in LINE_PACKAGES)]
+    parts.append(f"{one(env.get('device', []))}, {one(env.get('threads', []))} threads, precision "
+                 f"{one(env.get('precision', []))}")
+    corpora = [f"{domain} {one([(r.get('sha256') or {}).get('train', 'not recorded')[:12] for r in records])}"
+               for domain, records in sorted((env.get("corpora") or {}).items())]
+    parts.append("corpus train.bin sha256 " + ("; ".join(corpora) or "not recorded"))
+    parts.append("vocabulary sha256 " + one([v[:12] for v in env.get("vocabulary_sha256", [])]))
+    missing = f" Not recorded by these runs: {', '.join(env['not_recorded'])}." if env.get("not_recorded") else ""
+    return f"**Environment** ({env.get('runs', 0)} runs): " + "; ".join(parts) + "." + missing
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()

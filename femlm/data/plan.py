@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from femlm.data.config import DomainConfig
+from femlm.data.tokens import corpus_fingerprints
 from femlm.errors import UserError
 
 DEFAULT_MAX_PASSES = 20.0
@@ -61,6 +62,7 @@ class CorpusPlan:
     sources: list[str] = field(default_factory=list)
     max_documents: int | None = None
     path: str | None = None
+    sha256: dict[str, str] | None = None  # of each split's token file (femlm.data.tokens.corpus_fingerprints)
 
     def lines(self) -> list[str]:
         """Human-readable plan lines (the dry run and the start of training print them)."""
@@ -98,6 +100,7 @@ def corpus_plan(meta: dict[str, Any] | None, domain: DomainConfig, block_size: i
     plan.passes = max_steps * sequences_per_step / blocks if blocks else float("inf")
     plan.note = meta.get("stand_in_note") or stand_in_note(domain, int(meta.get("documents", 0)) or None)
     plan.path = meta.get("path")
+    plan.sha256 = corpus_fingerprints(meta)
     return plan
 
 
@@ -118,5 +121,6 @@ def corpus_summary(meta: dict[str, Any]) -> dict[str, Any]:
     """What a run's summary.json should record under "corpus" (femlm.report.scale reads "train")."""
     out = {split: {k: meta[split][k] for k in ("documents", "tokens", "blocks")} for split in ("train", "validation")}
     out.update({"stand_in": bool(meta.get("stand_in")), "note": meta.get("stand_in_note", ""),
-                "sources": meta.get("sources", []), "sample": meta.get("sample"), "path": meta.get("path")})
+                "sources": meta.get("sources", []), "sample": meta.get("sample"), "path": meta.get("path"),
+                "sha256": corpus_fingerprints(meta)})
     return out

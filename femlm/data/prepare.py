@@ -49,7 +49,7 @@ from femlm.data.local import describe_sources
 from femlm.data.plan import is_stand_in, stand_in_note
 from femlm.data.progress import Progress
 from femlm.data.sources import Unit, plan_units, source_key
-from femlm.data.tokens import STORAGE_FORMAT, PreparedCorpus, is_prepared, token_dtype
+from femlm.data.tokens import STORAGE_FORMAT, PreparedCorpus, corpus_fingerprints, is_prepared, token_dtype
 from femlm.errors import UserError
 from femlm.stop import StopRequested, check, requested
 
@@ -250,6 +250,7 @@ def _build(domain: DomainConfig, tokenizer: Any, block_size: int, download: Down
                 rows_read=int(sum(r.rows for r in results)), seconds=round(elapsed, 3),
                 tokens_per_s=round(tokens / max(elapsed, 1e-9), 1), stand_in=is_stand_in(list(domain.sources)),
                 stand_in_note=stand_in_note(domain, meta["documents"]))
+    meta["sha256"] = corpus_fingerprints({}, tmp)  # the same whatever the workers (tests/test_determinism.py)
     return meta
 
 

@@ -4,6 +4,7 @@ femlm.data.wordpiece."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,14 @@ def _files_kwargs(cls: Any, **files: str) -> dict[str, str]:
 def bert_from_vocab(vocab: Path, lowercase: bool = True) -> PreTrainedTokenizerFast:
     cls = _fast_class("BertTokenizer")
     return cls(**_files_kwargs(cls, vocab=str(vocab)), do_lower_case=lowercase, model_max_length=MAX_POSITIONS)
+
+
+def vocabulary_fingerprint(tokenizer: Any) -> str:
+    """sha256 of a tokenizer's vocabulary, its tokens in id order one per line (for a WordPiece vocabulary the
+    sha256 of its vocab.txt): two runs with the same fingerprint split text into the same ids."""
+    vocab = tokenizer.get_vocab()
+    text = "".join(f"{token}\n" for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _roberta_from_files(vocab: Path, merges: Path) -> PreTrainedTokenizerFast:

@@ -2,7 +2,7 @@
 
 A prepared corpus is a directory (``<cache>/blocks/<domain>-<key>``) holding, per split, one flat file of
 token ids (``train.bin``, ``validation.bin``: the documents' tokens concatenated in source order, each document
-wrapped in the tokenizer's special tokens) and a ``meta.json`` with the dtype, block size and counts. The
+wrapped in the tokenizer's special tokens) and a ``meta.json`` with the dtype, block size, counts and each token file's sha256 (`corpus_fingerprints`). The
 dtype is uint16 when every id fits (vocabularies up to 65,536 entries: BERT's 30,522, RoBERTa's 50,265), else
 int32: half the disk and page cache of int32 for both paper models.
 
@@ -15,6 +15,7 @@ with an int, slice, index tensor or array), returning int32 tensors as the in-me
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -169,3 +170,24 @@ def is_prepared(path: str | Path) -> bool:
         return json.loads(meta.read_text()).get("storage") == STORAGE_FORMAT
     except (OSError, ValueError):
         return False
+
+
+def file_sha256(path: str | Path, chunk: int = 2**24) -> str:
+    """sha256 of a file, read in chunks (token files can be GBs)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def corpus_fingerprints(meta: dict[str, Any], path: str | Path | None = None) -> dict[str, str] | None:
+    """sha256 of each split's token file (``train.bin``, ``validation.bin``): recorded in meta.json when the
+    corpus is prepared, hashed here for a corpus prepared before femlm recorded it (None: its files are gone)."""
+    if meta.get("sha256"):
+        return dict(meta["sha256"])
+    root = Path(path or meta.get("path") or "")
+    files = {split: root / f"{split}.bin" for split in SPLITS}
+    if not all(f.is_file() for f in files.values()):
+        return None
+    return {split: file_sha256(f) for split, f in files.items()}

@@ -18,6 +18,7 @@ from femlm.report.config import TABLES
 from femlm.report.figures import Figure, write_figures
 from femlm.report.scale import hardware_text
 from femlm.report.tables import Table, to_markdown, write_table
+from femlm.runs import environment_line, environment_of
 
 # Outputs of an earlier report in the same folder that this one would rewrite: removed first so that a
 # figure the new inputs cannot support is not left behind looking current.
@@ -109,11 +110,19 @@ def _figure_md(figure: Figure, collection: Collection) -> list[str]:
     return [*lines, ""]
 
 
+def run_dirs(collection: Collection) -> list[Path]:
+    """The run directories behind a collection (their run.json and summary.json say what made them)."""
+    return sorted({p.dir for p in collection.pretrain} | {f.path.parent for f in collection.finetune}
+                  | {path.parent for path, _ in collection.efficiency} | {a.path.parent for a in collection.analysis})
+
+
 def readme(tables: list[Table], figures: list[Figure], collection: Collection, phrase: str, commit: str,
-           inputs: list[str]) -> str:
+           inputs: list[str], environment: dict[str, Any] | None = None) -> str:
     out = [f"# femlm results — {phrase}", "",
            f"Written by `femlm report` on {time.strftime('%Y-%m-%d %H:%M')} from {', '.join(map(str, inputs))} "
            f"(report code at git {commit}).", "",
+           *([environment_line(environment) + " Full record: report.json's environment; `femlm report --compare "
+              "<this folder> <another>` says what differs.", ""] if environment else []),
            f"Paper: {REFERENCE}.", "",
            f"> **Read the scale first.** Measured rows come from this code at the scale stated under each table "
            f"(model, corpus, steps, seeds, hardware, commit). Rows marked *reported* are copied from {CITATION} "
@@ -177,7 +186,8 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
     if "glue_average" in rc.tables:
         tables["glue_average"] = glue_average_table(tables["glue"], collection, phrase, commit, rc.decimals)
     chosen = [tables[k] for k in TABLES if k in rc.tables]
-    written = {t.key: write_table(t, out_dir) for t in chosen}
+    environment = environment_of(run_dirs(collection))
+    written = {t.key: write_table(t, out_dir, environment) for t in chosen}
     for stale in STALE:
         (out_dir / stale).unlink(missing_ok=True)
     shutil.rmtree(out_dir / "figures" / "analysis", ignore_errors=True)
@@ -185,12 +195,13 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
     rows = pretrain_rows(collection)
     if rows:
         write_csv(out_dir / "pretrain_runs.csv", rows, PRETRAIN_HEADER)
-    (out_dir / "README.md").write_text(readme(chosen, figures, collection, phrase, commit, list(rc.inputs)))
+    (out_dir / "README.md").write_text(readme(chosen, figures, collection, phrase, commit, list(rc.inputs),
+                                                  environment))
     manifest = {"out_dir": str(out_dir), "readme": str(out_dir / "README.md"), "tables": written,
                 "figures": [vars(f) for f in figures], "inputs": list(rc.inputs), "report_git_commit": commit,
                 "counts": {"finetune": len(collection.finetune), "efficiency": len(collection.efficiency),
                            "pretrain": len(collection.pretrain), "analysis": len(collection.analysis)},
-                "skipped": collection.skipped}
+                "skipped": collection.skipped, "environment": environment}
     (out_dir / "report.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if run is not None:
         run.write_json("report.json", manifest)

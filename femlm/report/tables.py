@@ -173,13 +173,15 @@ def meta(table: Table) -> dict[str, Any]:
             "notes": table.notes}
 
 
-def write_table(table: Table, out_dir: Path) -> dict[str, str]:
-    """Write <key>.md, <key>.tex, <key>.csv and <key>.meta.json; return their paths by format."""
+def write_table(table: Table, out_dir: Path, environment: dict[str, Any] | None = None) -> dict[str, str]:
+    """Write <key>.md, <key>.tex, <key>.csv and <key>.meta.json (with `environment`, femlm.runs.environment_of's
+    record of the runs behind it, when given); return their paths by format."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"md": out_dir / f"{table.key}.md", "tex": out_dir / f"{table.key}.tex",
              "csv": out_dir / f"{table.key}.csv", "meta": out_dir / f"{table.key}.meta.json"}
     paths["md"].write_text(to_markdown(table))
     paths["tex"].write_text(to_latex(table))
     paths["csv"].write_text(to_csv(table))
-    paths["meta"].write_text(json.dumps(meta(table), indent=2, default=str) + "\n")
+    record = meta(table) if environment is None else {**meta(table), "environment": environment}
+    paths["meta"].write_text(json.dumps(record, indent=2, default=str) + "\n")
     return {k: str(v) for k, v in paths.items()}

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from femlm.outputs import CRLF, finite, write_csv
-from femlm.runs import cpu_model
+from femlm.runs import cpu_model, environment_under
 from femlm.study.collect import collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.evidence import null_sequences, pool_size, run_gates
@@ -90,7 +90,9 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                                 if v.get("json")},
              "pretraining": {m: {k: v for k, v in r.items() if k not in ("bands", "differences")} for m, r in pre.items()},
              "downstream": down, "timings": timings, "wall_s_by_part": part_walls(timings),
-             "hardware": {"cpu": cpu_model(), "platform": platform.platform()}}
+             "hardware": {"cpu": cpu_model(), "platform": platform.platform()},
+             # what made the runs (femlm.runs.environment_of); its README line: femlm.runs.environment_line
+             "environment": environment_under(plan.get("runs_dir") or "runs")}
     (out / "study.json").write_text(json.dumps(finite(study), indent=2, default=_json_default) + "\n")
     path = write_readme(plan, data, pre, down, timings, out, order, steps, dec_rows)
     if readme is not None and not plan.get("smoke"):

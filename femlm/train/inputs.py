@@ -72,9 +72,9 @@ def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:
 def shared_wordpiece(cfg: Any) -> Path:
     """A WordPiece vocabulary trained once per (documents, vocab size) in the cache and shared by every run.
 
-    The `tokenizers` trainer breaks frequency ties in hash-map order, which differs between processes, so two
-    runs training on the same text get slightly different vocabularies; arms of one experiment (MLM vs FE-MLM)
-    must share one, or their losses and blocks are not comparable."""
+    Arms of one experiment (MLM vs FE-MLM) must use one vocabulary, or their losses and blocks are not comparable;
+    `train_wordpiece` gives the same one in every process (femlm/data/wordpiece.py: `tokenizers`' own trainer
+    does not), and the cache trains it once."""
     from femlm.data.corpus import load_documents
     from femlm.data.wordpiece import train_wordpiece
 
@@ -82,7 +82,7 @@ def shared_wordpiece(cfg: Any) -> Path:
     digest = hashlib.sha256()
     for doc in documents:
         digest.update(doc.encode("utf-8", "surrogatepass") + b"\0")
-    key = f"wordpiece-v{cfg.model.vocab_size}-{digest.hexdigest()[:16]}"
+    key = f"wordpiece2-v{cfg.model.vocab_size}-{digest.hexdigest()[:16]}"  # 2: trained in two passes
     cached = cfg.download.cache_path() / "tokenizers" / key
     if not (cached / "tokenizer_config.json").is_file():
         tmp = cached.with_name(f"{key}.tmp-{os.getpid()}")

@@ -242,6 +242,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
 
 def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any],
             progress: Progress, dist: DistInfo, corpus: Any, encoder: dict[str, Any]) -> dict[str, Any]:
+    from femlm.data.tokenizer import vocabulary_fingerprint
     from femlm.runs import hardware
 
     evals = [r for r in read_metrics(run.metrics_path) if r.get("eval_loss") is not None] if dist.is_main else []
@@ -259,6 +260,9 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
                "corpus": corpus.as_dict() if corpus is not None else None,
+               # sha256 of the vocabulary (tokens in id order); the corpus's token files: corpus["sha256"]
+               "vocabulary_sha256": vocabulary_fingerprint(tokenizer),
+               "threads": torch.get_num_threads(),
                "checkpoint": str(run_dir / "checkpoints" / "final"), "hardware": hardware(),
                # model.new_mlm_head=true: the head parameters initialised fresh at the start (empty: none).
                "new_mlm_head": list(encoder["new_mlm_head"]),

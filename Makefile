@@ -30,8 +30,8 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP) ## Make .venv and install femlm (with torch and the dev tools) into it
 
-# requirements.lock from pyproject.toml's ranges, resolved by uv from its default index, PyPI, alone (pip's local configuration is not
-# read), for every Python femlm supports. torch is overridden out (.ci/lock-overrides.txt: no torch, nvidia-* or
+# requirements.lock from pyproject.toml's ranges, resolved by uv from its default index, PyPI, alone (pip's
+# local configuration is not read), for every Python femlm supports. torch is overridden out (.ci/lock-overrides.txt: no torch, nvidia-* or
 # triton line; the lines only torch needed, marked sys_platform == 'never', are dropped). uv: `pip install uv`.
 UV ?= uv
 lock: ## Refresh requirements.lock from pyproject.toml (uv, PyPI; torch stays outside it: TORCH_SPEC)

@@ -13,6 +13,7 @@ should use ``--results-only`` instead, which rewrites everything.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import time
@@ -21,9 +22,14 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
-from femlm.study.readme import INTRO, drop_missing_figures, markers, sizing_sentence
-from femlm.study.sections import conclusions, decomposition_section, pretrain_section
+from femlm.study.headlines import write_headlines
+from femlm.study.passes import passes_rows
+from femlm.study.ratios import ratio_section, side_by_side, write_ratio_csv
+from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, markers, sizing_sentence
+from femlm.study.sections import decomposition_section, pretrain_section
 from femlm.study.tables import comparison_rows
+from femlm.study.verdicts import adjust, study_comparisons, summary_lines, verdict_lines
+from femlm.study.verdicts import rows as comparison_table
 
 POOL = re.compile(r"Pool of (\d+) validation blocks of (\d+) tokens, tau = (\d+) masked tokens per copy, R = (\d+) "
                   r"rows per step, K in \[([\d, ]+)\]; (\d+) reference masks and (\d+) draws .*?; (\d+) directly")
@@ -59,32 +65,95 @@ def _replace(text: str, start: str, stop: str, new: list[str]) -> str:
     return text[:i] + "\n".join(new) + "\n" + text[j:]
 
 
-def regenerate(plan: dict[str, Any], out: Path, readme: Path | None) -> Path:
+def _section(text: str, starts: tuple[str, ...], new: list[str]) -> str:
+    """``text`` with the first section whose heading starts with one of ``starts`` (up to the next ``## ``
+    heading) replaced by ``new``; unchanged when it has none."""
+    i = min((k for k in (text.find("\n" + s) for s in starts) if k >= 0), default=-1)
+    if i < 0:
+        return text
+    j = text.find("\n## ", i + 1)
+    return text[:i + 1] + "\n".join(new) + "\n" + (text[j + 1:] if j >= 0 else "")
+
+
+def passes_runs(study: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The passes runs as femlm.study.passes reads them, from study.json's rows and the ``passes_<run>.csv``
+    beside it (the analysis' own table: the variances and the directly measured sigma_m2 the gates read)."""
+    runs: dict[str, Any] = {}
+    for row in study.get("passes") or []:
+        key = row["run"]
+        path = out / f"passes_{key}.csv"
+        if key in runs or not path.is_file():
+            continue
+        with path.open() as fh:
+            table = list(csv.DictReader(fh))
+
+        def num(x: str) -> Any:
+            try:
+                return int(x) if x.isdigit() else float(x)
+            except ValueError:
+                return None
+
+        rows = []
+        for r in table:
+            v = {k: num(x) for k, x in r.items() if k not in ("gates", "prediction_gates")}
+            for name in ("measured_ratio", "predicted_ratio", "measured_over_predicted"):
+                v[f"{name}_ci"] = [v.pop(f"{name}_ci_low"), v.pop(f"{name}_ci_high")]
+            rows.append(v)
+        first = table[0] if table else {}
+        runs[key] = {"label": row.get("label", ""), "json": {
+            "settings": {"tau": row["tau"], "block_size": row["block_size"], "pool": row["sequences"],
+                         "draws": row["cycles_per_sequence"]},
+            "rows": rows,
+            "stats": {"interval": {"method": "expanded percentile bootstrap", "count": first and row["sequences"],
+                                   "unit": "sequences", "resamples": _resamples(study)}}}}
+    return runs
+
+
+def _resamples(study: dict[str, Any]) -> Any:
+    for item in ((study.get("plan") or {}).get("passes") or {}).get("overrides") or []:
+        if str(item).startswith("analysis.bootstrap="):
+            return int(str(item).split("=", 1)[1])
+    return "?"
+
+
+def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path | None = None) -> Path:
+    """Rewrite results/<study>/ README's readings, its comparisons.csv and pretrain_comparisons.csv, the study's
+    block of ``readme`` (docs/evidence.md) and the evidence block of ``top`` (README.md, whose folder holds
+    results/) from the committed files (see the module doc)."""
     study_path = out / "study.json"
     if not study_path.is_file():
         raise UserError(f"{study_path}: no study.json to regenerate from (run the study, or --results-only)")
     study = json.loads(study_path.read_text())
     text = (out / "README.md").read_text()
     dec = {}
+    labels = {v["name"]: v.get("label") for v in (plan.get("decomposition") or {}).get("variants") or []}
     for key in study.get("decomposition") or {}:
         md = out / f"decomposition_{key}.md"
         if md.is_file() and study["decomposition"][key]:
-            dec[key] = {"json": run_json(study, key, md.read_text(), text), "checkpoint": key}
+            name = key.split("_", 1)[1] if "_" in key else key
+            dec[key] = {"json": run_json(study, key, md.read_text(), text),
+                        "checkpoint": "warmup" if key.startswith("warmup") else key,
+                        **({"label": labels[name]} if labels.get(name) else {})}
     pre = {m: r for m, r in (study.get("pretraining") or {}).items()}
-    if any("arms" in r for r in pre.values()):  # censored ratios as bounds: no interval, no p-value
-        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre), line_end=CRLF)
     down = study.get("downstream") or {}
-    supports, not_supported, controls = conclusions(plan, dec, pre, down)
-    note = (f"_The verdicts below were regenerated from `study.json` with the issue-27 gates "
-            f"({time.strftime('%Y-%m-%d')}; `python -m femlm.study --experiment {plan.get('name')} --from-json`)._")
+    runs = passes_runs(study, out)
+    rows = passes_rows(runs) if runs else []
+    comps = adjust(study_comparisons(plan, dec, pre, down, rows, study.get("arms_read")), plan)
+    write_csv(out / "comparisons.csv", comparison_table(comps), line_end=CRLF)
+    if any("arms" in r for r in pre.values()):
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, {c.key: c for c in comps}), line_end=CRLF)
+    if rows:
+        write_ratio_csv(out / "passes_ratios.csv", rows)
+    note = (f"_Regenerated from `study.json` by the issue-37 writer ({time.strftime('%Y-%m-%d')}; `python -m "
+            f"femlm.study --experiment {plan.get('name')} --from-json`); the numbers are the run's._")
     tail = next((line for line in text.splitlines() if line.startswith("Each interval is")), "")
-    lists = ["## What the evidence supports", "", note, "", *([f"- {s}" for s in supports] or ["- (none)"]), "",
-             "## What it does not support", "", *([f"- {s}" for s in not_supported] or ["- (none)"]), ""]
-    if controls:
-        lists += ["## The i.i.d. K-mask control (K copies without the non-overlap)", "",
-                  *[f"- {s}" for s in controls], ""]
-    lists += [tail, ""] if tail else []
-    text = _replace(text, "## What the evidence supports", "## 1-2.", lists)
+    if tail:
+        tail = "Each interval is a per-comparison 95% interval (the readings above adjust for multiplicity)." + (
+            tail.split("alone.", 1)[1] if "alone." in tail else "")
+    lists = [*verdict_lines(comps, plan)[:2], note, "", *verdict_lines(comps, plan)[2:], *([tail, ""] if tail else [])]
+    start = "## What the evidence says" if "\n## What the evidence says" in text else "## What the evidence supports"
+    stop = next(h for h in ("\n## 1-2.", "\n## Variance across passes", "\n## 3.") if h in text)
+    text = _replace(text, start, stop.lstrip("\n"), lists)
     intro = (plan.get("report") or {}).get("intro")
     if not intro:  # the default intro, as today's writer words it
         text = "\n".join(INTRO if line.startswith("Three questions of issue 17") else line
@@ -100,24 +169,35 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None) -> Path:
     text = "\n".join(sizing if line.startswith("Sized beforehand from unit costs measured on") else line
                      for line in text.splitlines()) + "\n"
     params = (study.get("encoder") or {}).get("parameters")
-    text = _replace(text, "## 1-2.", "## 3.", ["## 1-2. Variance of the training gradient; context interactions "
-                                                "against the additive null model", "",
-                                                *decomposition_section(dec, params)])
+    if dec:
+        rows_table = ratio_section(study.get("decomposition_rows") or []) if labels else []
+        text = _section(text, ("## 1-2.",), ["## 1-2. Variance of the training gradient; context interactions "
+                                             "against the additive null model", "", *rows_table,
+                                             *decomposition_section(dec, params)])
+    if runs:
+        text = _section(text, ("## Variance across passes",), across_section(plan, {"passes": runs}))
     if pre:
         i = text.find("## 3.")
         intro_end = text.find("\n### ", i)
         text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre))
+    text = _section(text, ("## Files",), _files(plan))
     path = out / "README.md"
     path.write_text(drop_missing_figures(text, out))
     if readme is not None and readme.is_file():
         begin, end = markers(plan)
-        top = readme.read_text()
-        if begin in top and end in top:
-            head, rest = top.split(begin, 1)
+        evidence = readme.read_text()
+        if begin in evidence and end in evidence:
+            head, rest = evidence.split(begin, 1)
             old, after = rest.split(end, 1)
-            gen = next((line for line in old.splitlines() if line.startswith("_Generated from")), "")
-            block = [begin, "", gen, "", note, "", "Supported by the evidence:",
-                     *([f"- {s}" for s in supports] or ["- nothing beyond noise."]), "", "Not supported at this scale:",
-                     *([f"- {s}" for s in not_supported] or ["- (none)"]), "", end]
+            keep = [next((line for line in old.splitlines() if line.startswith("_Generated from")), ""), ""]
+            if not plan.get("pretrain"):  # a study without training arms sets its scale beside the MiniLM study's
+                base = {**study, "labels": {k: d.get("label") for k, d in dec.items()}}
+                keep += side_by_side(base, out.parent / "study" / "study.json",
+                                     (plan.get("report") or {}).get("side_by_side", {}))
+            block = [begin, "", *keep, note, "",
+                     "The confirmatory comparisons (Holm at a family-wise 0.05), each by its reading:",
+                     *summary_lines(comps), "", end]
             readme.write_text(head + "\n".join(block) + after)
+    if top is not None:
+        write_headlines(top, top.parent)
     return path

@@ -1,0 +1,427 @@
+"""Every comparison a study makes, read from its interval *and* its direction, under one multiplicity rule
+(issue 37). The writer's one entry point for any study (the GPU study's too):
+
+    comps = study_comparisons(plan, dec, pre, down, passes)   # a study's results -> [Comparison]
+    adjust(comps, plan)                                        # family, adjusted p, reading (in place)
+    lines = verdict_lines(comps, plan)                         # the README's "What the evidence says"
+
+* **Readings.** Each comparison gets one of three: *favours FE*, *against FE*, *not decided*. Which side of the
+  null (0 for a difference, 1 for a ratio) favours FE is the comparison's ``better``: a lower loss, a lower
+  variance ratio, a lower compute-to-target ratio, a *higher* downstream score. A gated estimate
+  (`femlm.analysis.gates`), a missing interval, an interval that contains the null, or a confirmatory
+  comparison that does not survive its adjustment reads *not decided*; a null interval is written with the
+  smallest difference it rules out ("differences larger than X excluded"), never as equality.
+* **One multiplicity rule.** The family is the study's confirmatory comparisons, the keys listed in its
+  experiment file (``stats.confirmatory``); every other comparison is exploratory. Confirmatory p-values are
+  adjusted with Holm at a family-wise 0.05 (statsmodels' ``multipletests``), exploratory ones with
+  Benjamini-Hochberg (scipy's ``false_discovery_control``); a reading needs its interval to exclude the null
+  *and* its adjusted p below 0.05. Only confirmatory comparisons that survive are findings.
+* **p-values.** t-tests give theirs (paired t over seeds, Welch over fine-tuning seeds, paired t on log compute
+  ratios). A bootstrap interval (the decomposition's predicted ratios, the passes measurement, the null
+  model) has none: its p is recovered from the interval by the normal approximation (Altman & Bland, BMJ
+  2011; on the log scale for a ratio), and the CSV says so in ``p_method``.
+* **Seeds to decide.** For a confirmatory t-test comparison that is not decided, the seeds a re-measurement
+  would need for 80% power at the observed effect and the Bonferroni level 0.05 / m (Holm's first step, so the
+  comparison survives whatever its rank), from the observed standard deviation (statsmodels' power solvers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from femlm.analysis.gates import not_measured
+
+FAVOURS, AGAINST, UNDECIDED = "favours FE", "against FE", "not decided"
+# A decided reading of a comparison that is not about FE's benefit (a control arm, the null model).
+NOT_FE = {("context", "higher"): "context interactions detected (not about FE's benefit)",
+          ("context", "lower"): "the residual rises with Hamming distance (not about FE's benefit)",
+          ("training_loss", "higher"): "the control's loss is higher than MLM's",
+          ("training_loss", "lower"): "the control's loss is lower than MLM's",
+          ("compute_ratio", "higher"): "the control needs more compute than MLM",
+          ("compute_ratio", "lower"): "the control needs less compute than MLM"}
+ALPHA = 0.05
+POWER = 0.8
+
+
+@dataclass
+class Comparison:
+    """One comparison: what it is, its interval, which side of the null favours FE, its p-values and reading."""
+
+    key: str  # stable id: "<kind>/<where>/<what>", what ``stats.confirmatory`` lists
+    kind: str  # variance_ratio, training_loss, compute_ratio, fe_vs_control, downstream, passes, context
+    text: str  # what is compared, with its unit and count
+    estimate: float | None
+    low: float | None
+    high: float | None
+    unit: str  # "difference" or "ratio"
+    better: str = "lower"  # the side of the null that favours FE ("lower" / "higher")
+    p: float | None = None
+    p_method: str = ""
+    gated: list[str] = field(default_factory=list)
+    bound: str = ""  # a censored compute ratio: a bound without interval or p
+    n: int | None = None
+    sd: float | None = None  # the standard deviation of the paired differences (a paired t-test)
+    n_other: int | None = None  # Welch: the other arm's seeds
+    sd_other: float | None = None
+    about_fe: bool = True  # False: the null model (context interactions), a reading of no FE claim
+    family: str = "exploratory"
+    p_adjusted: float | None = None
+    reading: str = UNDECIDED
+    why: str = ""
+    seeds_needed: int | None = None
+
+    @property
+    def null(self) -> float:
+        return 1.0 if self.unit == "ratio" else 0.0
+
+    def side(self) -> str | None:
+        """"lower" / "higher" when the interval excludes the null, else None."""
+        if self.low is None or self.high is None:
+            return None
+        return "lower" if self.high < self.null else "higher" if self.low > self.null else None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def p_from_interval(estimate: float | None, low: float | None, high: float | None, log: bool,
+                    level: float = 0.95) -> float | None:
+    """Two-sided p of "no difference" recovered from a symmetric-normal reading of the interval."""
+    if estimate is None or low is None or high is None:
+        return None
+    if log:
+        if min(estimate, low, high) <= 0:
+            return None
+        estimate, low, high = math.log(estimate), math.log(low), math.log(high)
+    se = (high - low) / (2 * sps.norm.ppf(0.5 + level / 2))
+    if not se > 0:
+        return None
+    return float(2 * sps.norm.sf(abs(estimate) / se))
+
+
+# ------------------------------------------------------------------------------------------ builders
+def _interval(d: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    return _num(d.get("estimate")), _num(d.get("low")), _num(d.get("high"))
+
+
+def _ci_pair(value: Any, ci: Any) -> tuple[float | None, float | None, float | None]:
+    ci = ci or [None, None]
+    return _num(value), _num(ci[0]), _num(ci[1])
+
+
+def _label(arm: str) -> str:
+    from femlm.study.text import label
+    return label(arm)
+
+
+def variance_comparisons(dec: dict[str, Any]) -> list[Comparison]:
+    """FE / MLM training-gradient variance per unit compute, predicted by each decomposition run, per K."""
+    from femlm.study.evidence import pool_size, prediction_label, run_gates
+    from femlm.study.sections import where_label
+
+    out = []
+    for where, d in dec.items():
+        j = d.get("json")
+        if not j:
+            continue
+        reasons = run_gates(j)["decomposition"]
+        for k, v in j["verdicts"].items():
+            est, lo, hi = _ci_pair(v["fe"]["per_compute_vs_mlm"], v["fe"]["ci"])
+            out.append(Comparison(
+                f"variance_ratio/{where}/K{k}", "variance_ratio",
+                f"FE (K={k}) / MLM training-gradient variance per unit compute at {where_label(where, d)}, "
+                f"{prediction_label(j)} ({pool_size(j)} pool sequences)", est, lo, hi, "ratio",
+                p=p_from_interval(est, lo, hi, True), p_method="from the bootstrap interval (normal, log scale)",
+                gated=list(reasons), n=pool_size(j)))
+    return out
+
+
+def context_comparisons(dec: dict[str, Any]) -> list[Comparison]:
+    """The residual (interaction) decrease of the null model: a reading about context interactions, not FE."""
+    from femlm.study.evidence import null_interval, null_sequences, run_gates
+    from femlm.study.sections import where_label
+
+    out = []
+    for where, d in dec.items():
+        j = d.get("json")
+        if not j or not (j.get("null_model") or {}).get("summary"):
+            continue
+        ci = null_interval(j, "residual_decrease")
+        est, lo, hi = ci["estimate"], ci["low"], ci["high"]
+        gated = run_gates(j)["null_model"] + (["the null model ran on a few sequences and masks, sized as a side "
+                                               "number, not as a test"] if d.get("null_model") == "side" else [])
+        out.append(Comparison(
+            f"context/{where}", "context",
+            f"residual (interaction) decrease of the gradient covariance with Hamming distance beyond the additive "
+            f"null model at {where_label(where, d)} ({null_sequences(j)} sequences, one checkpoint)",
+            est, lo, hi, "difference", better="higher", p=p_from_interval(est, lo, hi, False),
+            p_method="from the bootstrap interval (normal)", gated=gated,
+            n=null_sequences(j), about_fe=False))
+    return out
+
+
+def pretrain_comparisons(pre: dict[str, Any], reads: dict[str, Any] | None = None) -> list[Comparison]:
+    """Per mode and arm vs MLM: final and mean loss (paired t), compute to each target (paired t on log
+    ratios); FE against its control (paired t)."""
+    from femlm.study.text import MODE_LABEL, contrast, is_fe_arm
+
+    out = []
+    for mode, res in pre.items():
+        ml = MODE_LABEL.get(mode, mode)
+        for arm, c in (res.get("comparisons") or {}).items():
+            fe = is_fe_arm(arm)  # a control arm against MLM: a reading, but of no FE claim
+            for metric in ("final_loss", "mean_loss"):
+                m = c[metric]["paired"]
+                what = "final held-out loss" if metric == "final_loss" else "mean held-out loss over the budget"
+                out.append(Comparison(
+                    f"training_loss/{mode}/{arm}/{metric}", "training_loss",
+                    f"{_label(arm)} - MLM, {what}, {ml} (paired t, {m.get('n')} seeds)", *_interval(m),
+                    "difference", p=_num(m.get("p")), p_method="paired t", n=m.get("n"), sd=_num(m.get("std")),
+                    about_fe=fe))
+            for key in [k for k in c if k.startswith("ratio_to_")]:
+                r = c[key]
+                cut = bool(r.get("bound"))
+                est, lo, hi = _interval(r)
+                out.append(Comparison(
+                    f"compute_ratio/{mode}/{arm}/{key[len('ratio_to_'):]}", "compute_ratio",
+                    f"{_label(arm)} / MLM compute to reach target {key[len('ratio_to_'):]}, {ml} (paired t on log "
+                    f"ratios, {r.get('n')} seeds)", est, None if cut else lo, None if cut else hi, "ratio",
+                    p=None if cut else _num(r.get("p")), p_method="paired t on log ratios", bound=r.get("bound") or "",
+                    n=r.get("n"), about_fe=fe))
+        vs = res.get("fe_vs_control")
+        if vs:
+            what = contrast(vs["fe"], vs["control"], (reads or {}).get(mode))
+            for metric in ("final_loss", "mean_loss"):
+                m = vs[metric]
+                name = "final held-out loss" if metric == "final_loss" else "mean held-out loss over the budget"
+                out.append(Comparison(
+                    f"fe_vs_control/{mode}/{metric}", "fe_vs_control",
+                    f"{_label(vs['fe'])} - {_label(vs['control'])}, {name}, {ml} (paired t, "
+                    f"{len(vs['paired_seeds'])} seeds; {what})", *_interval(m), "difference", p=_num(m.get("p")),
+                    p_method="paired t", n=len(vs["paired_seeds"]), sd=_num(m.get("std"))))
+    return out
+
+
+def downstream_comparisons(down: dict[str, Any], reference: str = "mlm_subword") -> list[Comparison]:
+    """Per task and FE arm: the test-score difference to MLM (Welch over fine-tuning seeds); higher favours FE."""
+    from femlm.study.text import is_fe_arm
+
+    out = []
+    for task, d in down.items():
+        ref = d["summary"].get(reference) or {}
+        for arm, c in d["vs_mlm"].items():
+            if not is_fe_arm(arm) or not c:
+                continue
+            s = d["summary"].get(arm) or {}
+            out.append(Comparison(
+                f"downstream/{task}/{arm}", "downstream",
+                f"{_label(arm)} - MLM, {task} test {d['metric']} (Welch, {s.get('n')} vs {ref.get('n')} fine-tuning "
+                "seeds)", *_interval(c), "difference", better="higher", p=_num(c.get("p")), p_method="Welch t",
+                n=s.get("n"), sd=_num(s.get("std")), n_other=ref.get("n"), sd_other=_num(ref.get("std"))))
+    return out
+
+
+def passes_comparisons(rows: list[dict[str, Any]]) -> list[Comparison]:
+    """Var(disjoint visits) / Var(independent visits) of a cycle's summed gradient (passes_rows' rows)."""
+    out = []
+    for r in rows:
+        est, lo, hi = _ci_pair(r["measured_ratio"], r.get("measured_ratio_ci"))
+        out.append(Comparison(
+            f"passes/{r['run']}/K{r['K']}", "passes",
+            f"across passes, Var(disjoint) / Var(independent visits) of a cycle's summed gradient, mask term only, "
+            f"K={r['K']}, tau {r['tau']} of {r['block_size']}-token blocks ({r['sequences']} sequences, one "
+            "checkpoint)", est, lo, hi, "ratio", p=p_from_interval(est, lo, hi, True),
+            p_method="from the bootstrap interval (normal, log scale)", gated=list(r.get("not_measured") or []),
+            n=r.get("sequences")))
+    return out
+
+
+def study_comparisons(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any], down: dict[str, Any],
+                      passes: list[dict[str, Any]], reads: dict[str, Any] | None = None) -> list[Comparison]:
+    """Every comparison of one study's results (the collected or the committed ones; see the module doc).
+    ``dec``: decomposition runs {key: {"json", "label"}}; ``pre``: femlm.study.compare.analyse_pretraining's
+    result; ``down``: analyse_downstream's; ``passes``: femlm.study.passes.passes_rows; ``reads``: per mode and
+    arm the K, rows and sequences a run read (study.json's ``arms_read``)."""
+    reference = (plan.get("pretrain") or {}).get("reference", "mlm_subword")
+    return [*variance_comparisons(dec), *context_comparisons(dec), *passes_comparisons(passes),
+            *pretrain_comparisons(pre, reads), *downstream_comparisons(down, reference)]
+
+
+# ------------------------------------------------------------------------------------------ the rule
+def confirmatory_keys(plan: dict[str, Any]) -> list[str]:
+    return list((plan.get("stats") or {}).get("confirmatory") or [])
+
+
+def adjust(comps: list[Comparison], plan: dict[str, Any], alpha: float = ALPHA) -> list[Comparison]:
+    """Family, adjusted p and reading of every comparison (in place, and returned). A confirmatory key the study
+    does not have is an error of the experiment file."""
+    from statsmodels.stats.multitest import multipletests
+
+    from femlm.errors import UserError
+
+    keys = confirmatory_keys(plan)
+    have = {c.key for c in comps}
+    missing = [k for k in keys if k not in have]
+    if missing and comps:
+        raise UserError(f"stats.confirmatory of {plan.get('name')}: no such comparison {missing[0]!r} "
+                        f"(the study's: {', '.join(sorted(have))})")
+    for c in comps:
+        c.family = "confirmatory" if c.key in keys else "exploratory"
+    for family in ("confirmatory", "exploratory"):
+        tested = [c for c in comps if c.family == family and c.p is not None and not c.gated]
+        if not tested:
+            continue
+        ps = np.asarray([c.p for c in tested])
+        adj = (multipletests(ps, alpha=alpha, method="holm")[1] if family == "confirmatory"
+               else sps.false_discovery_control(ps, method="bh"))
+        for c, q in zip(tested, adj, strict=True):
+            c.p_adjusted = float(q)
+    m = sum(c.family == "confirmatory" for c in comps)
+    for c in comps:
+        read(c, alpha)
+        if c.family == "confirmatory" and c.reading == UNDECIDED and not c.gated:
+            c.seeds_needed = seeds_to_decide(c, alpha / max(m, 1))
+    return comps
+
+
+def read(c: Comparison, alpha: float = ALPHA) -> Comparison:
+    """The reading of one comparison from its interval, its direction and its adjusted p."""
+    side = c.side()
+    if c.gated:
+        c.reading, c.why = UNDECIDED, not_measured(c.gated)
+    elif c.bound:
+        c.reading, c.why = UNDECIDED, f"a censored ratio ({c.bound}): a bound, no interval, no test"
+    elif c.low is None or c.high is None:
+        c.reading, c.why = UNDECIDED, "no interval"
+    elif side is None:
+        c.reading, c.why = UNDECIDED, f"the interval contains {c.null:g}; {excluded(c)}"
+    elif c.p_adjusted is None or c.p_adjusted >= alpha:
+        rule = "Holm" if c.family == "confirmatory" else "Benjamini-Hochberg"
+        c.reading, c.why = UNDECIDED, (f"the interval excludes {c.null:g} but the {rule}-adjusted p "
+                                       f"{fmt_p(c.p_adjusted)} is not below {alpha:g}")
+    elif not c.about_fe:
+        c.reading, c.why = side, f"{side} than {c.null:g}"
+    else:
+        c.reading, c.why = (FAVOURS if side == c.better else AGAINST), f"{side} than {c.null:g}"
+    return c
+
+
+def excluded(c: Comparison) -> str:
+    """What a null interval rules out: the largest distance of its ends from the null."""
+    if c.low is None or c.high is None:
+        return "no interval"
+    if c.unit == "ratio":
+        return f"ratios outside [{c.low:.3g}, {c.high:.3g}] excluded"
+    return f"differences larger than {max(abs(c.low), abs(c.high)):.3g} excluded"
+
+
+def seeds_to_decide(c: Comparison, alpha: float, power: float = POWER) -> int | None:
+    """Seeds per arm for ``power`` at the observed effect and level ``alpha`` (paired t or Welch); None where
+    the comparison has no seed standard deviation (a bootstrap over sequences) or no effect."""
+    from statsmodels.stats.power import TTestIndPower, TTestPower
+
+    est = c.estimate
+    if est is None or est == 0 or c.kind not in ("training_loss", "fe_vs_control", "downstream") or not c.sd:
+        return None
+    if c.kind == "downstream":
+        if not c.sd_other:
+            return None
+        pooled = math.sqrt((c.sd ** 2 + c.sd_other ** 2) / 2)
+        n = TTestIndPower().solve_power(effect_size=abs(est) / pooled, alpha=alpha, power=power)
+    else:
+        n = TTestPower().solve_power(effect_size=abs(est) / c.sd, alpha=alpha, power=power)
+    return int(math.ceil(float(np.asarray(n).item())))
+
+
+# ------------------------------------------------------------------------------------------ text
+def fmt_p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "< 1e-15" if p < 1e-15 else f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_value(c: Comparison) -> str:
+    if c.estimate is None:
+        return "n/a"
+    if c.low is None or c.high is None:
+        return f"{c.estimate:.3g}" + (f" ({c.bound} bound)" if c.bound else " (no interval)")
+    return f"{c.estimate:.3g} [{c.low:.3g}, {c.high:.3g}]"
+
+
+def sentence(c: Comparison) -> str:
+    """One comparison as a README bullet: what, the interval, raw and adjusted p, the reading and why."""
+    rule = "Holm" if c.family == "confirmatory" else "BH"
+    ps = (f"; p {fmt_p(c.p)}, {rule}-adjusted {fmt_p(c.p_adjusted)}" if c.p is not None and not c.gated else "")
+    head = c.reading if c.about_fe or c.reading == UNDECIDED else NOT_FE.get((c.kind, c.reading),
+                                                                            f"{c.reading} (not about FE)")
+    more = (f" A re-measurement needs about {c.seeds_needed} seeds per arm (80% power at the observed effect, "
+            f"level 0.05 / {{m}})." if c.seeds_needed else "")
+    return f"{c.text}: {fmt_value(c)}{ps}: **{head}**" + (f" ({c.why})" if c.why else "") + "." + more
+
+
+def rule_sentence(plan: dict[str, Any], comps: list[Comparison]) -> str:
+    m = sum(c.family == "confirmatory" for c in comps)
+    stats = plan.get("stats") or {}
+    when = stats.get("declared") or "before the data were seen"
+    return (f"One multiplicity rule (femlm/study/verdicts.py): the family is the {m} confirmatory comparisons "
+            f"that `stats.confirmatory` of femlm/conf/experiment/{plan.get('name', 'study')}.yaml declares "
+            f"(declared {when}), adjusted with Holm at a family-wise 0.05; the other {len(comps) - m} comparisons "
+            "are exploratory, adjusted with Benjamini-Hochberg, and are not findings. Every reading needs its "
+            "interval to exclude 'no difference' and its adjusted p below 0.05; raw and adjusted p-values are in "
+            f"`comparisons.csv`. This README makes {len(comps)} comparisons in all.")
+
+
+def verdict_lines(comps: list[Comparison], plan: dict[str, Any], heading: str = "##") -> list[str]:
+    """The README's verdict sections: findings (confirmatory, surviving), confirmatory not decided,
+    exploratory by reading."""
+    m = sum(c.family == "confirmatory" for c in comps)
+    conf = [c for c in comps if c.family == "confirmatory"]
+    expl = [c for c in comps if c.family != "confirmatory"]
+
+    def bullets(cs: list[Comparison]) -> list[str]:
+        return [f"- {sentence(c).replace('{m}', str(m))}" for c in cs] or ["- (none)"]
+
+    lines = [f"{heading} What the evidence says", "", rule_sentence(plan, comps), "",
+             f"{heading}# Findings (confirmatory, surviving Holm)", "",
+             "Favours FE:", *bullets([c for c in conf if c.reading == FAVOURS]), "",
+             "Against FE:", *bullets([c for c in conf if c.reading == AGAINST]), ""]
+    other = [c for c in conf if not c.about_fe and c.reading != UNDECIDED]
+    lines += ["Not about FE's benefit:", *bullets(other), ""] if other else []
+    lines += [f"{heading}# Confirmatory, not decided", "", *bullets([c for c in conf if c.reading == UNDECIDED]), "",
+              f"{heading}# Exploratory readings (Benjamini-Hochberg; not findings)", ""]
+    for reading in (FAVOURS, AGAINST, UNDECIDED):
+        lines += [f"{reading[0].upper()}{reading[1:]}:", *bullets([c for c in expl if c.reading == reading]), ""]
+    other = [c for c in expl if not c.about_fe and c.reading != UNDECIDED]
+    lines += ["Decided, not about FE's benefit (controls, context interactions):", *bullets(other), ""] if other else []
+    return lines
+
+
+def summary_lines(comps: list[Comparison]) -> list[str]:
+    """The short form docs/evidence.md and README.md carry: the confirmatory comparisons, each by its reading."""
+    m = sum(c.family == "confirmatory" for c in comps)
+    conf = [c for c in comps if c.family == "confirmatory"]
+    out = [f"- {sentence(c).replace('{m}', str(m))}" for c in sorted(conf, key=order)]
+    expl = [c for c in comps if c.family != "confirmatory"]
+    n = {r: sum(1 for c in expl if c.reading == r) for r in (FAVOURS, AGAINST, UNDECIDED)}
+    out.append(f"- Exploratory (not findings; Benjamini-Hochberg): {n[FAVOURS]} favour FE, {n[AGAINST]} are against "
+               f"it, {n[UNDECIDED]} not decided, {len(expl) - sum(n.values())} decided but not about FE (controls, "
+               "context interactions); each is listed in the study's README and comparisons.csv.")
+    return out
+
+
+def order(c: Comparison) -> int:
+    """Findings first (favours, against), then the rest."""
+    return {FAVOURS: 0, AGAINST: 1}.get(c.reading, 2)
+
+
+def rows(comps: list[Comparison]) -> list[dict[str, Any]]:
+    """comparisons.csv: one row per comparison, raw and adjusted p side by side."""
+    keep = ("key", "kind", "family", "estimate", "low", "high", "unit", "better", "p", "p_method", "p_adjusted",
+            "reading", "why", "n", "seeds_needed", "text")
+    return [{k: v for k, v in asdict(c).items() if k in keep} for c in comps]

@@ -22,12 +22,14 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
+from femlm.study.figures import bands_from_csv, plot_curves, plot_downstream
 from femlm.study.headlines import write_headlines
 from femlm.study.passes import passes_rows
 from femlm.study.ratios import ratio_section, side_by_side, write_ratio_csv
 from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, markers, sizing_sentence
 from femlm.study.sections import decomposition_section, pretrain_section
 from femlm.study.tables import comparison_rows
+from femlm.study.text import MODE_LABEL
 from femlm.study.verdicts import adjust, study_comparisons, summary_lines, verdict_lines
 from femlm.study.verdicts import rows as comparison_table
 
@@ -116,6 +118,21 @@ def _resamples(study: dict[str, Any]) -> Any:
     return "?"
 
 
+def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[Path]:
+    """The study's loss and downstream figures drawn again from its committed CSV and study.json (one colour per
+    arm, femlm.outputs.ARM_COLORS), where the study has them."""
+    drawn = []
+    if (out / "pretrain_bands.csv").is_file():
+        for mode, res in bands_from_csv(out / "pretrain_bands.csv", study.get("pretraining") or {}).items():
+            drawn.append(plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png",
+                                     f"held-out MLM loss vs training compute, {MODE_LABEL[mode]}"))
+    down = study.get("downstream") or {}
+    if down:
+        order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+        drawn.append(plot_downstream(down, out / "downstream.png", order))
+    return drawn
+
+
 def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path | None = None) -> Path:
     """Rewrite results/<study>/ README's readings, its comparisons.csv and pretrain_comparisons.csv, the study's
     block of ``readme`` (docs/evidence.md) and the evidence block of ``top`` (README.md, whose folder holds
@@ -181,6 +198,7 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
         intro_end = text.find("\n### ", i)
         text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre))
     text = _section(text, ("## Files",), _files(plan))
+    redraw(plan, out, study)
     path = out / "README.md"
     path.write_text(drop_missing_figures(text, out))
     if readme is not None and readme.is_file():

@@ -22,6 +22,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
+from femlm.study.evidence import run_gates
 from femlm.study.figures import bands_from_csv, plot_curves, plot_downstream
 from femlm.study.headlines import write_headlines
 from femlm.study.passes import passes_rows
@@ -36,26 +37,80 @@ from femlm.study.verdicts import rows as comparison_table
 POOL = re.compile(r"Pool of (\d+) validation blocks of (\d+) tokens, tau = (\d+) masked tokens per copy, R = (\d+) "
                   r"rows per step, K in \[([\d, ]+)\]; (\d+) reference masks and (\d+) draws .*?; (\d+) directly")
 NULL = re.compile(r"^(\d+) sequences, tau = (\d+), (\d+) mask pairs .*?, (\d+) groups of (\d+) ", re.M)
+TERMS_FILE = "`decomposition_terms.csv`: every decomposition run's terms and per-K verdicts in one table; "
+TITLE = re.compile(r"^# Gradient variance decomposition: (.+)$", re.M)
+BOOT = re.compile(r"(expanded )?percentile bootstrap[^(]*\((\d+) resamples")
 NUMEL = re.compile(r"(?:parameters:|the gradient of) (\S.*?) \(([\d,]+) values")  # the old and the new wording
 
 
-def run_json(study: dict[str, Any], key: str, md: str, readme: str) -> dict[str, Any]:
-    """The decomposition.json fields the verdict writer reads, from study.json and the run's decomposition.md."""
+def recorded_settings(study: dict[str, Any], key: str, md: str) -> dict[str, Any]:
+    """A decomposition run's settings: study.json's ``decomposition_settings`` (written by the study since issue
+    37), else the first lines of the analysis' own decomposition_<key>.md (an older study.json lacks them)."""
+    have = (study.get("decomposition_settings") or {}).get(key)
+    if have:
+        return have
     m, n = POOL.search(md), NULL.search(md)
     if m is None or n is None:
         raise UserError(f"decomposition_{key}.md: its first lines do not give the run's settings")
+    title, boot = TITLE.search(md), BOOT.search(md)
+    return {"title": title[1] if title else key, "pool": int(m[1]), "block_size": int(m[2]), "tau": int(m[3]),
+            "batch_rows": int(m[4]), "num_masks": [int(k) for k in m[5].split(",")], "reference": int(m[6]),
+            "draws": int(m[7]), "check_batches": int(m[8]), "bootstrap": int(boot[2]) if boot else None,
+            "interval_method": f"{boot[1] or ''}percentile bootstrap" if boot else None,
+            "null_model": {"sequences": int(n[1]), "tau": int(n[2]), "pairs": int(n[3]), "groups": int(n[4]),
+                           "group_size": int(n[5])}}
+
+
+def run_json(study: dict[str, Any], key: str, md: str, readme: str) -> dict[str, Any]:
+    """The decomposition.json fields the verdict writer reads, from study.json (and the run's decomposition.md)."""
+    s = recorded_settings(study, key, md)
     p = NUMEL.search(readme)
     return {
-        "settings": {"pool": int(m[1]), "block_size": int(m[2]), "tau": int(m[3]), "batch_rows": int(m[4]),
-                     "num_masks": [int(k) for k in m[5].split(",")], "reference": int(m[6]), "draws": int(m[7]),
-                     "check_batches": int(m[8])},
+        "settings": {k: v for k, v in s.items() if k not in ("null_model", "title", "interval_method")},
         "parameters": {"patterns": p[1].split(", ") if p else ["?"],
                        "numel": int(p[2].replace(",", "")) if p else None},
         "terms": study["decomposition_terms"][key], "verdicts": study["decomposition"][key],
-        "null_model": {"summary": study["null_model"][key],
-                       "settings": {"sequences": int(n[1]), "tau": int(n[2]), "pairs": int(n[3]), "groups": int(n[4]),
-                                    "group_size": int(n[5])}},
+        "null_model": {"summary": study["null_model"][key], "settings": s["null_model"]},
     }
+
+
+def _table(path: Path) -> list[dict[str, Any]]:
+    """A CSV of the analysis with its ``<name>_ci_low`` / ``<name>_ci_high`` pairs as ``<name>_ci`` lists."""
+    out = []
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            v: dict[str, Any] = {k: _number(x) for k, x in r.items()}
+            for k in [k for k in v if k.endswith(("_ci_low", "_ci_seq_low"))]:
+                v[k[:-4]] = [v.pop(k), v.pop(k[:-4] + "_high")]
+            out.append(v)
+    return out
+
+
+def _number(x: str) -> Any:
+    try:
+        return int(x) if x.lstrip("-").isdigit() else float(x)
+    except ValueError:
+        return x
+
+
+def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Path) -> Path | None:
+    """decomposition_<key>.md rewritten by today's analysis writer (femlm.analysis.decomposition_text) from
+    study.json and the run's own CSV tables beside it: the headings, gates and unit rules of today."""
+    from femlm.analysis.decomposition_text import decomposition_markdown
+
+    table, null = out / f"decomposition_{key}.csv", out / f"null_model_{key}.csv"
+    if not table.is_file() or not null.is_file():
+        return None
+    s = study["decomposition_settings"][key]
+    summary = {**j, "gates": run_gates(j), "settings": {**j["settings"]},
+               "null_model": {**j["null_model"], "settings": {**j["null_model"]["settings"],
+                                                              "bootstrap": s.get("bootstrap")}}}
+    text = decomposition_markdown(summary, _table(table), _table(null), s.get("title", key))
+    if s.get("interval_method") and s["interval_method"] != "expanded percentile bootstrap":
+        text = text.replace("expanded percentile bootstrap", s["interval_method"])  # what the run computed
+    path = out / f"decomposition_{key}.md"
+    path.write_text(text)
+    return path
 
 
 def _replace(text: str, start: str, stop: str, new: list[str]) -> str:
@@ -144,9 +199,15 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
     text = (out / "README.md").read_text()
     dec = {}
     labels = {v["name"]: v.get("label") for v in (plan.get("decomposition") or {}).get("variants") or []}
-    for key in study.get("decomposition") or {}:
+    settings = {key: recorded_settings(study, key, (out / f"decomposition_{key}.md").read_text())
+                for key in study.get("decomposition") or {} if study["decomposition"][key]
+                and ((study.get("decomposition_settings") or {}).get(key) or (out / f"decomposition_{key}.md").is_file())}
+    if settings and study.get("decomposition_settings") != settings:  # moved into study.json once (issue 37)
+        study["decomposition_settings"] = settings
+        study_path.write_text(json.dumps(study, indent=2) + "\n")
+    for key in settings:
         md = out / f"decomposition_{key}.md"
-        if md.is_file() and study["decomposition"][key]:
+        if study["decomposition"][key]:
             name = key.split("_", 1)[1] if "_" in key else key
             dec[key] = {"json": run_json(study, key, md.read_text(), text),
                         "checkpoint": "warmup" if key.startswith("warmup") else key,
@@ -197,7 +258,12 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
         i = text.find("## 3.")
         intro_end = text.find("\n### ", i)
         text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre))
-    text = _section(text, ("## Files",), _files(plan))
+    for key, d in dec.items():
+        rewrite_markdown(study, key, d["json"], out)
+    files = _files(plan)
+    if not (out / "decomposition_terms.csv").is_file():  # a study from before the table existed (results/study)
+        files = [line.replace(TERMS_FILE, "") for line in files]
+    text = _section(text, ("## Files",), files)
     redraw(plan, out, study)
     path = out / "README.md"
     path.write_text(drop_missing_figures(text, out))

@@ -91,6 +91,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
                             for k, v in data["decomposition"].items()},
              "gates": gates, "passes": pass_rows, "arms_read": reads,
+             "decomposition_settings": {k: recorded(v) for k, v in data["decomposition"].items() if v.get("json")},
              "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")},
              "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
                                 if v.get("json")},
@@ -104,6 +105,15 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
         if (readme.parent.parent / "results").is_dir():  # docs/evidence.md of a checkout: README.md beside docs/
             write_headlines(readme.parent.parent / "README.md", readme.parent.parent)
     return path
+
+
+def recorded(d: dict[str, Any]) -> dict[str, Any]:
+    """A decomposition run's settings as study.json keeps them, so --from-json needs no other file (issue 37)."""
+    j = d["json"]
+    md = Path(d["dir"]) / "decomposition.md"
+    first = md.read_text().splitlines()[0] if md.is_file() else ""
+    return {**j["settings"], "null_model": (j.get("null_model") or {}).get("settings"),
+            "title": first.split(": ", 1)[1] if ": " in first else "", "interval_method": "expanded percentile bootstrap"}
 
 
 def _json_default(value: Any) -> Any:

@@ -197,8 +197,15 @@ def test_seeds_to_decide_grow_as_the_effect_shrinks() -> None:
     assert seeds_to_decide(c, 0.01) > big > 2
 
 
-def test_a_confirmatory_key_the_study_lacks_is_one_line() -> None:
-    plan = {"name": "s", "stats": {"confirmatory": ["training_loss/same_rows/typo/final_loss"]},
-            "pretrain": {"reference": "mlm_subword"}}
-    with pytest.raises(UserError, match="no such comparison 'training_loss/same_rows/typo/final_loss'"):
-        adjust(study_comparisons(plan, {}, pretraining("training_loss", AGAINST), {}, []), plan)
+def test_a_declared_comparison_without_a_result_stays_in_the_family_not_decided() -> None:
+    """A study cut short (or a smoke plan) lacks a declared comparison: it is listed, not decided, and still counts
+    in Holm's family; a key of no known kind is a one-line error of the experiment file."""
+    keys = [KEYS["training_loss"], "downstream/aclarc/fe_subword"]
+    plan = {"name": "s", "stats": {"confirmatory": keys}, "pretrain": {"reference": "mlm_subword"}}
+    comps = {c.key: c for c in adjust(study_comparisons(plan, {}, pretraining("training_loss", AGAINST), {}, []), plan)}
+    lost = comps["downstream/aclarc/fe_subword"]
+    assert lost.family == "confirmatory" and lost.reading == UNDECIDED and "no result" in lost.why
+    assert sum(c.family == "confirmatory" for c in comps.values()) == 2
+    bad = {**plan, "stats": {"confirmatory": ["trainingloss/same_rows/fe_subword/final_loss"]}}
+    with pytest.raises(UserError, match="'trainingloss/same_rows/fe_subword/final_loss' is no comparison key"):
+        adjust(study_comparisons(bad, {}, pretraining("training_loss", AGAINST), {}, []), bad)

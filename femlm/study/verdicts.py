@@ -57,6 +57,7 @@ NOT_FE = {("context", "higher"): "context interactions detected (not about FE's 
           ("compute_ratio", "lower"): "the control needs less compute than MLM"}
 ALPHA = 0.05
 POWER = 0.8
+KINDS = ("variance_ratio", "context", "passes", "training_loss", "compute_ratio", "fe_vs_control", "downstream")
 
 
 # ------------------------------------------------------------------------------------------ the rule
@@ -65,18 +66,24 @@ def confirmatory_keys(plan: dict[str, Any]) -> list[str]:
 
 
 def adjust(comps: list[Comparison], plan: dict[str, Any], alpha: float = ALPHA) -> list[Comparison]:
-    """Family, adjusted p and reading of every comparison (in place, and returned). A confirmatory key the study
-    does not have is an error of the experiment file."""
+    """Family, adjusted p and reading of every comparison (the list, with one entry added per declared key the
+    results lack: a run cut short or a smoke plan; it stays in the family, not decided). A key of no known kind is
+    an error of the experiment file."""
     from statsmodels.stats.multitest import multipletests
 
     from femlm.errors import UserError
 
     keys = confirmatory_keys(plan)
     have = {c.key for c in comps}
-    missing = [k for k in keys if k not in have]
-    if missing and comps:
-        raise UserError(f"stats.confirmatory of {plan.get('name')}: no such comparison {missing[0]!r} "
-                        f"(the study's: {', '.join(sorted(have))})")
+    for key in [k for k in keys if k not in have]:
+        kind = key.split("/", 1)[0]
+        if kind not in KINDS:
+            raise UserError(f"stats.confirmatory of {plan.get('name')}: {key!r} is no comparison key "
+                            f"(<kind>/<where>/<what>, kind one of {', '.join(KINDS)})")
+        comps.append(Comparison(key, kind, f"{key} (declared confirmatory)", None, None, None,
+                                "ratio" if kind in ("variance_ratio", "compute_ratio", "passes") else "difference",
+                                gated=["no result: the study has no such comparison (a run not finished, or a "
+                                       "smaller plan)"]))
     for c in comps:
         c.family = "confirmatory" if c.key in keys else "exploratory"
     for family in ("confirmatory", "exploratory"):

@@ -122,6 +122,8 @@ def read(c: Comparison, alpha: float = ALPHA) -> Comparison:
         c.reading, c.why = side, f"{side} than {c.null:g}"
     else:
         c.reading, c.why = (FAVOURS if side == c.better else AGAINST), f"{side} than {c.null:g}"
+        if c.kind == "fe_vs_control":  # both arms may be FE (passes vs K-copy): say which one the reading favours
+            c.why += f": {'the first arm' if c.reading == FAVOURS else 'its control'} did better"
     return c
 
 

@@ -63,6 +63,22 @@ def finite(value: Any) -> Any:
     return value
 
 
+# One colour per arm in every figure (issue 37): each masking arm (femlm/conf/masking/) and baseline row keeps its
+# colour across the study's and the report's figures; no two entries share one. Hex, so no style cycle moves them.
+ARM_COLORS = {
+    "mlm_subword": "#1f77b4", "fe_subword": "#d62728", "iid_subword": "#2ca02c", "fe_passes_subword": "#ff7f0e",
+    "mlm_wwm": "#9467bd", "fe_passes_word": "#8c564b", "mlm_span": "#e377c2", "fe_span": "#bcbd22",
+    "iid_span": "#17becf", "fe_passes_span": "#aec7e8", "mlm_bernoulli": "#98df8a", "fe_subword_allmask": "#ff9896",
+    "no_continual": "#7f7f7f", "warmup_only": "#c5b0d5", "warmup": "#c49c94", "head_warmup": "#dbdb8d",
+}
+OTHER_COLOR = "#000000"  # an arm without an entry: black, never a colour another arm owns
+
+
+def arm_color(arm: Any) -> str:
+    """The arm's colour in every figure (its masking name, e.g. ``fe_subword``; OTHER_COLOR when unknown)."""
+    return ARM_COLORS.get(str(arm), OTHER_COLOR)
+
+
 def pyplot() -> Any:
     """matplotlib.pyplot on the file-only Agg backend (servers, tests, no display)."""
     import matplotlib

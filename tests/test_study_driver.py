@@ -20,7 +20,7 @@ from femlm.study.plan import build_steps, check_plan, load_plan, override_value
 from helpers.configs import composed
 
 REPO = Path(__file__).resolve().parents[1]
-MIRROR = REPO.parent / "shared" / "data"
+MIRROR = Path(os.environ.get("FEMLM_MIRROR") or REPO.parent / "shared" / "data")
 
 
 def test_full_plan_has_every_arm_mode_seed_and_row(tmp_path: Path) -> None:
@@ -165,17 +165,21 @@ def test_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
     first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-4000:]
     readme = (tmp_path / "out" / "README.md").read_text()
-    for heading in ("## What was measured", "## What the evidence supports", "## What it does not support",
+    for heading in ("## What was measured", "## What the evidence says", "### Findings (confirmatory",
+                    "### Confirmatory, not decided", "### Exploratory readings",
                     "## 1-2. Variance", "## 3. Training speed", "## 4. Downstream", "SMOKE RUN"):
         assert heading in readme, heading
     study = json.loads((tmp_path / "out" / "study.json").read_text())
     assert study["smoke"] and not study["missing"] and set(study["pretraining"]) == {"same_rows", "same_sequences"}
     for name in ("loss_vs_flops_same_rows.png", "loss_vs_flops_same_sequences.png", "downstream.png",
-                 "decomposition_warmup.png", "null_model_warmup.png", "pretrain_bands.csv", "downstream_summary.csv"):
+                 "decomposition_warmup.png", "null_model_warmup.png", "pretrain_bands.csv", "downstream_summary.csv",
+                 "comparisons.csv"):
         assert (tmp_path / "out" / name).is_file(), name
     summary = json.loads((tmp_path / "runs" / "warmup" / "summary.json").read_text())
     assert summary["new_mlm_head"]  # the encoder had no head: the fresh one is recorded
 
+    assert set(study["arms_read"]["same_rows"]) == {"mlm_subword", "fe_subword", "iid_subword"}
+    assert study["decomposition_settings"]["warmup"]["pool"] == study["pool_sequences"]["warmup"]
     second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "start (planned" not in second.stderr and second.stderr.count("done already, skipped") >= 15

@@ -1,8 +1,9 @@
-"""The verdict writer (issue 27, item 3): femlm/study/sections.py and ratios.py on hand-made study fragments.
+"""The decomposition's readings and sections (issues 27 and 37): femlm/study/sections.py, ratios.py and
+verdicts.py on hand-made study fragments.
 
 Each case builds the decomposition.json a run would leave (or a pre-training comparison) with known numbers and
-checks the sentence femlm writes: supported, contradicted, inconclusive, censored, out of range, too few units,
-heavy-tailed. No run, no file: pure functions of the fragments.
+checks the reading femlm gives it (favours FE, against FE, not decided; gated: out of range, too few units,
+heavy-tailed) and what its sections print. No run, no file: pure functions of the fragments.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import csv
 import re
 from typing import Any
 
-from femlm.study.ratios import ratio_conclusions, ratio_rows, ratio_section, side_by_side
-from femlm.study.sections import conclusions, decomposition_section, fmt_ratio
+from femlm.study.ratios import ratio_rows, ratio_section, side_by_side
+from femlm.study.sections import decomposition_section, fmt_ratio
+from femlm.study.verdicts import AGAINST, FAVOURS, UNDECIDED, adjust, study_comparisons
 
 
 def term(value: float, ci: list[float]) -> dict[str, Any]:
@@ -49,66 +51,59 @@ def fragment(ratio: float = 0.9, ci: tuple[float, float] = (0.85, 0.95), pool: i
                                                          "group_size": 4}}}
 
 
-def verdicts_of(j: dict[str, Any], **d: Any) -> tuple[list[str], list[str]]:
-    plan: dict[str, Any] = {"decomposition": {}}
-    supports, not_supported, _ = conclusions(plan, {"warmup": {"json": j, **d}}, {}, {})
-    return supports, not_supported
+def readings_of(j: dict[str, Any], **d: Any) -> tuple[Any, Any]:
+    """(FE / MLM variance at K=4, the null model's residual decrease) of one decomposition run, read."""
+    plan: dict[str, Any] = {"name": "s", "stats": {}}
+    comps = {c.kind: c for c in adjust(study_comparisons(plan, {"warmup": {"json": j, **d}}, {}, {}, []), plan)}
+    return comps["variance_ratio"], comps["context"]
 
 
-def part(lines: list[str], n: int) -> list[str]:
-    return [x for x in lines if x.startswith(f"Part {n}")]
+def test_below_one_favours_fe_and_a_residual_decrease_is_not_about_fe() -> None:
+    var, ctx = readings_of(fragment(0.9, (0.85, 0.95)))
+    assert (var.reading, var.low, var.high, var.n) == (FAVOURS, 0.85, 0.95, 40)
+    assert "predicted by the decomposition at tau = 15" in var.text
+    assert ctx.reading == "higher" and not ctx.about_fe and (ctx.low, ctx.high) == (3.0, 6.0)
 
 
-def test_supported() -> None:
-    sup, nsup = verdicts_of(fragment(0.9, (0.85, 0.95)))
-    (p1,) = part(sup, 1)
-    assert "lower training-gradient variance" in p1 and "predicted by the decomposition at tau = 15" in p1
-    (p2,) = part(sup, 2)
-    assert "context interactions" in p2 and "not" in p2 and "Assumption 1" in p2  # interactions only
-    assert not part(nsup, 1)
+def test_above_one_is_against_fe() -> None:
+    var, _ = readings_of(fragment(1.05, (1.03, 1.08)))
+    assert var.reading == AGAINST and var.why == "higher than 1"
 
 
-def test_contradicted() -> None:
-    sup, nsup = verdicts_of(fragment(1.05, (1.03, 1.08)))
-    assert not part(sup, 1)
-    (p1,) = part(nsup, 1)
-    assert "raises it" in p1 and "1.050 [1.030, 1.080]" in p1
-
-
-def test_inconclusive() -> None:
-    sup, nsup = verdicts_of(fragment(1.0, (0.93, 1.15), residual_ci=(-0.5, 2.0)))
-    assert not part(sup, 1) and not part(sup, 2)
-    assert "no difference" in part(nsup, 1)[0]
-    assert "no context interactions detected" in part(nsup, 2)[0]
+def test_an_interval_containing_the_null_is_not_decided() -> None:
+    var, ctx = readings_of(fragment(1.0, (0.93, 1.15), residual_ci=(-0.5, 2.0)))
+    assert var.reading == ctx.reading == UNDECIDED
+    assert "ratios outside [0.93, 1.15] excluded" in var.why and "differences larger than 2 excluded" in ctx.why
 
 
 def test_out_of_range_estimates_are_not_measured() -> None:
     j = fragment(0.95, (0.90, 0.99), sigma_d2=-0.08, d2=-7.29, share=-0.29)
-    sup, nsup = verdicts_of(j)
-    assert not sup  # neither part may be called supported
-    (p1,) = part(nsup, 1)
-    assert "not measured: sigma_d2" in p1
-    (p2,) = part(nsup, 2)
-    assert "not measured" in p2 and "D2" in p2 and "outside [0, 1]" in p2
+    var, ctx = readings_of(j)
+    assert var.reading == ctx.reading == UNDECIDED  # an interval below 1, but gated
+    assert var.why.startswith("not measured: sigma_d2") and var.p_adjusted is None
+    assert "D2" in ctx.why and "outside [0, 1]" in ctx.why
     text = "\n".join(decomposition_section({"warmup": {"json": j}}))
     assert "not measured" in text and "0.950" in text  # the numbers stay, beside the reason
 
 
 def test_too_few_units_print_no_interval_and_no_verdict() -> None:
     j = fragment(0.9, (0.85, 0.95), pool=4, seqs=4)
-    sup, nsup = verdicts_of(j)
-    assert not sup
-    assert "too few units: 4 pool sequences" in part(nsup, 1)[0]
-    assert "too few units: 4 sequences" in part(nsup, 2)[0]
+    var, ctx = readings_of(j)
+    assert var.reading == ctx.reading == UNDECIDED
+    assert "too few units: 4 pool sequences" in var.why and "too few units: 4 sequences" in ctx.why
     text = "\n".join(decomposition_section({"warmup": {"json": j}}))
     assert "[0.85" not in text and "95% CI" not in text and "no intervals: 4 pool sequences" in text
 
 
 def test_heavy_tails_are_not_measured() -> None:
     """sigma_m2 23.3 against 5.85 from the FE masks (the 0.30 run of study-base): a factor 4."""
-    sup, nsup = verdicts_of(fragment(1.0, (0.99, 1.001), sigma_m2=23.3, sigma_m2_fe=5.85))
-    assert not part(sup, 1)
-    assert "two unbiased estimates of sigma_m2 disagree" in part(nsup, 1)[0]
+    var, _ = readings_of(fragment(0.9, (0.85, 0.95), sigma_m2=23.3, sigma_m2_fe=5.85))
+    assert var.reading == UNDECIDED and "two unbiased estimates of sigma_m2 disagree" in var.why
+
+
+def test_a_null_model_sized_as_a_side_number_is_not_a_test() -> None:
+    _, ctx = readings_of(fragment(), null_model="side")
+    assert ctx.reading == UNDECIDED and "side number" in ctx.why
 
 
 def test_units_are_stated() -> None:
@@ -118,16 +113,13 @@ def test_units_are_stated() -> None:
     assert "147,456 values, 0.65% of the model's 22.7M parameters" in text
 
 
-def test_ratio_rows_and_conclusions_per_run() -> None:
+def test_ratio_rows_per_run() -> None:
     runs = {"r15": {"json": fragment(0.9, (0.85, 0.95))},
             "r30": {"json": fragment(1.0, (0.99, 1.001), sigma_m2=23.3, sigma_m2_fe=5.85)},
             "seq512": {"json": fragment(0.98, (0.84, 1.05), pool=4)}}
     rows = ratio_rows(copy.deepcopy(runs))
     assert [r["pool_sequences"] for r in rows] == [40, 40, 4]
-    pays, not_pays = ratio_conclusions(rows)
-    assert len(pays) == 1 and "predicted by the decomposition at tau = 15" in pays[0]
-    assert "not measured: two unbiased estimates" in not_pays[0]
-    assert "no interval (too few pool sequences)" in not_pays[1] or "too few units" in not_pays[1]
+    assert [bool(r["not_measured"]) for r in rows] == [False, True, True]
     table = "\n".join(ratio_section(rows))
     assert "| 4 |" in table and "[0.84" not in table  # the 4-sequence run prints no interval
 
@@ -192,15 +184,32 @@ def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
     shutil.copytree(src, out)
     top = tmp_path / "README.md"
     top.write_text("intro\n<!-- study:begin -->\nold\n<!-- study:end -->\nrest\n")
-    text = regenerate(load_plan(False, "study"), out, top).read_text()
-    assert "evidence of context interactions" not in text
+    (tmp_path / "results").mkdir()
+    shutil.copytree(src, tmp_path / "results" / "study")
+    head = tmp_path / "TOP.md"
+    head.write_text("x\n<!-- evidence:begin -->\nold\n<!-- evidence:end -->\ny\n")
+    text = regenerate(load_plan(False, "study"), out, top, head).read_text()
+    assert "context interactions detected" not in text
     assert text.count("not measured: too few units: 4 sequences") >= 2
     assert ">= 1.331 (a bound, no interval" in text
     assert "predicted by the decomposition at tau = 15" in text
     block = top.read_text()
     assert block.startswith("intro\n<!-- study:begin -->") and block.endswith("<!-- study:end -->\nrest\n")
-    assert "not measured: too few units: 4 sequences" in block and "old" not in block
+    assert "Holm at a family-wise 0.05" in block and "\nold\n" not in block
     assert regenerate(load_plan(False, "study"), out, top).read_text() == text  # idempotent
+    assert top.read_text() == block
+    # The multiplicity rule: the declared family, Holm-adjusted, beside the raw p; every comparison in the CSV.
+    comps = list(csv.DictReader((out / "comparisons.csv").open(newline="")))
+    conf = [r for r in comps if r["family"] == "confirmatory"]
+    assert len(conf) == len(load_plan(False, "study")["stats"]["confirmatory"])
+    assert all(float(r["p_adjusted"]) >= float(r["p"]) for r in comps if r["p_adjusted"])
+    (non_overlap,) = [r for r in conf if r["key"] == "fe_vs_control/same_rows/final_loss"]
+    assert float(non_overlap["high"]) < 0 and float(non_overlap["p"]) < 0.05  # 3 seeds, p = 0.031 raw
+    assert float(non_overlap["p_adjusted"]) >= 0.05 and non_overlap["reading"] == "not decided"
+    assert int(non_overlap["seeds_needed"]) > 3
+    assert f"**{non_overlap['reading']}**" in text
+    # README.md's block: the confirmatory readings of the regenerated study, not the old hand-written text.
+    assert "FE-MLM evidence study" in head.read_text() and "\nold\n" not in head.read_text()
     # No link to a figure the study never had (its run predates Figure 2), every linked figure exists.
     assert "covariance_distribution_warmup.png" not in text
     assert all((out / m[1]).is_file() for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+)\)$", text, re.M))
@@ -208,6 +217,7 @@ def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
     assert "measured on this machine" not in text and "measured on 2 CPU cores (AMD EPYC" in text
     # A censored ratio is a bound in the CSV too: no interval, no p-value.
     rows = list(csv.DictReader((out / "pretrain_comparisons.csv").open(newline="")))
+    assert {r["quantity"] for r in rows} >= {"final_loss difference to iid_subword (paired)"}  # fe_vs_control too
     bounds = [r for r in rows if r["bound"]]
     assert bounds and all(r["low"] == r["high"] == r["p"] == "" for r in bounds)
     assert all(r["low"] and r["high"] for r in rows if r["quantity"].startswith("compute") and not r["bound"]

@@ -13,6 +13,9 @@ model's ``summary``), so the study layer applies the same gates to runs written 
   are marginally uniform, Lemma 2). A ratio beyond ``AGREE_FACTOR`` between them means the per-sequence terms
   are heavy-tailed (a few sequences carry most of the mask variance), so means over the pool, and their
   percentile intervals, do not yet describe the population.
+* the same disagreement in `femlm analyze passes`: its prediction uses the decomposition's sigma_m2, and its
+  independent visits measure sigma_m2 directly (``sigma_m2_measured``); beyond ``AGREE_FACTOR`` the prediction
+  is "not measured", as the decomposition's verdicts are.
 * heavy tails: with the per-unit arrays (``units.npz``), the mean of the per-sequence mask variance and its
   median of means differ by more than ``AGREE_FACTOR``.
 """
@@ -96,6 +99,11 @@ def passes_gates(row: dict[str, Any], sequences: Any) -> tuple[list[str], list[s
     m2 = _num(row.get("sigma_m2"))
     if not m2 > 0:
         predicted.append(f"sigma_m2 = {m2:.3g} <= 0 (a variance)")
+    direct = _num(row.get("sigma_m2_measured"))
+    if math.isfinite(direct) and m2 > 0 and _factor(m2, direct) > AGREE_FACTOR:
+        predicted.append(f"two estimates of sigma_m2 disagree: {m2:.3g} (the decomposition's) vs {direct:.3g} "
+                         f"(the independent visits'), beyond a factor {AGREE_FACTOR:g}: heavy-tailed per-sequence "
+                         "terms")
     return reasons, predicted
 
 

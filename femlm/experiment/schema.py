@@ -157,6 +157,10 @@ class Decomposition:
 class Stats:
     level: float = 0.95
     target_fractions: list[float] = field(default_factory=list)
+    # The study's confirmatory family (femlm.study.verdicts: Holm at a family-wise 0.05; every other comparison is
+    # exploratory, Benjamini-Hochberg): comparison keys, e.g. training_loss/same_rows/fe_subword/final_loss.
+    confirmatory: list[str] = field(default_factory=list)
+    declared: str | None = None  # when the family was declared (e.g. "after the data were seen")
 
 
 @dataclass

@@ -61,9 +61,10 @@ PRETRAIN_HEADER = ["run", "command", "arm", "K", "domain", "model", "equal compu
 
 
 # analysis.json keys worth a line in the README, first: the test of the assumption (Spearman rho between
-# covariance and Hamming distance) and Theorem 1 (variance ratios FE / i.i.d. per K).
+# covariance and Hamming distance) and Theorem 1 (variance ratios FE / i.i.d. per K). settings.tau is the covariance
+# analysis' masked tokens, settings.variance_tau the variance analysis' (variance.csv's tau column).
 ANALYSIS_FIRST = ("covariance.spearman.", "variance.ratios.", "model.name", "model.panel", "domain",
-                  "settings.tau", "settings.sequences", "settings.budget", "wall_s")
+                  "settings.tau", "settings.variance_tau", "settings.sequences", "settings.budget", "wall_s")
 
 
 def _flat_scalars(data: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:

@@ -72,3 +72,20 @@ def part_walls(timings: dict[str, Any]) -> dict[str, float]:
     for entry in timings.values():
         walls[entry.get("part", "?")] = walls.get(entry.get("part", "?"), 0.0) + float(entry.get("wall_s", 0.0))
     return walls
+
+
+def arms_read(plan: dict[str, Any], data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per mode and arm: the K (masks per sequence) a run used, from its final checkpoint's femlm.json (its
+    config where that is missing), and the rows and sequences one run read (its summary's ``seen``)."""
+    p = plan.get("pretrain") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for mode in p.get("modes", []):
+        for arm in p.get("arms", []):
+            rs = [r for r in arm_runs(data, arm, mode, p["reference"]) if r.get("summary")]
+            if not rs:
+                continue
+            prov = read_json(Path(rs[0]["dir"]) / "checkpoints" / "final" / "femlm.json") or {}
+            k = prov.get("num_masks") or (run_config(rs[0]["dir"]).get("masking") or {}).get("num_masks")
+            seen = rs[0]["summary"].get("seen") or {}
+            out.setdefault(mode, {})[arm] = {"K": k, "rows": seen.get("rows"), "sequences": seen.get("sequences")}
+    return out

@@ -97,7 +97,7 @@ def from_json(args: Any) -> int:
         plan = study_plan(load(args.names[0], smoke=args.smoke), args.smoke)
         out = (args.out or REPO / plan["out_dir"]).resolve()
         readme = args.readme or (EVIDENCE if EVIDENCE.is_file() else None)
-        print(regenerate(plan, out, readme))
+        print(regenerate(plan, out, readme, REPO / "README.md" if args.readme is None else None))
         return 0
     except UserError as err:
         print(f"femlm: error: {err}", file=sys.stderr)

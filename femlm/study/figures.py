@@ -7,10 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from femlm.outputs import pyplot, save_figure
+from femlm.outputs import arm_color, pyplot, save_figure
 from femlm.study.text import MODE_LABEL, label
-
-COLORS = {"mlm_subword": "C0", "fe_subword": "C3", "iid_subword": "C2", "no_continual": "C7", "warmup_only": "C5"}
 
 
 def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
@@ -18,8 +16,8 @@ def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
     scale = 1e15
     for arm, b in res["bands"].items():
         x = np.asarray(b["flops"]) / scale
-        left.plot(x, b["mean"], color=COLORS.get(arm), label=f"{label(arm)} (n={int(np.nanmax(b['n']))})")
-        left.fill_between(x, b["low"], b["high"], color=COLORS.get(arm), alpha=0.2)
+        left.plot(x, b["mean"], color=arm_color(arm), label=f"{label(arm)} (n={int(np.nanmax(b['n']))})")
+        left.fill_between(x, b["low"], b["high"], color=arm_color(arm), alpha=0.2)
     for key, t in res["targets"].items():
         left.axhline(t["loss"], color="grey", lw=0.6, ls=":")
         left.text(left.get_xlim()[0], t["loss"], f" target {key}", va="bottom", fontsize=7, color="grey")
@@ -29,8 +27,8 @@ def plot_curves(mode: str, res: dict[str, Any], path: Path, title: str) -> Path:
     left.legend(fontsize=8)
     for arm, d in res["differences"].items():
         x = np.asarray(d["flops"]) / scale
-        right.plot(x, d["mean"], color=COLORS.get(arm), label=f"{label(arm)} - MLM (paired, n={d['n']})")
-        right.fill_between(x, d["low"], d["high"], color=COLORS.get(arm), alpha=0.2)
+        right.plot(x, d["mean"], color=arm_color(arm), label=f"{label(arm)} - MLM (paired, n={d['n']})")
+        right.fill_between(x, d["low"], d["high"], color=arm_color(arm), alpha=0.2)
     right.axhline(0, color="black", lw=0.8)
     right.set_xlabel("training compute (PFLOP)")
     right.set_ylabel("loss difference to MLM (same seed)")
@@ -50,9 +48,9 @@ def plot_downstream(down: dict[str, Any], path: Path, order: list[str]) -> Path:
             s = d["summary"][name]
             ax.errorbar([i], [s["estimate"]], yerr=[[s["estimate"] - (s["low"] if s["low"] is not None else s["estimate"])],
                                                      [(s["high"] if s["high"] is not None else s["estimate"]) - s["estimate"]]],
-                        fmt="o", color=COLORS.get(name, "C1"), capsize=5, ms=7)
+                        fmt="o", color=arm_color(name), capsize=5, ms=7)
             ax.scatter(np.full(len(vals), i) + np.linspace(-0.15, 0.15, len(vals)), vals, s=12,
-                       color=COLORS.get(name, "C1"), alpha=0.5)
+                       color=arm_color(name), alpha=0.5)
         if d["majority"] is not None:
             ax.axhline(d["majority"], color="black", ls="--", lw=0.8, label="majority class")
             ax.legend(fontsize=8)
@@ -60,3 +58,27 @@ def plot_downstream(down: dict[str, Any], path: Path, order: list[str]) -> Path:
         ax.set_ylabel(f"test {d['metric']}")
         ax.set_title(f"{task}: mean, 95% t-interval and each fine-tuning seed")
     return save_figure(fig, path)
+
+
+def bands_from_csv(path: Path, pre: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per mode, what `plot_curves` draws, read back from the committed ``pretrain_bands.csv`` (the run
+    directories are not kept) and study.json's targets (``pre``: its ``pretraining``)."""
+    import csv
+
+    out: dict[str, dict[str, Any]] = {}
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            res = out.setdefault(r["mode"], {"bands": {}, "differences": {},
+                                             "targets": (pre.get(r["mode"]) or {}).get("targets", {})})
+            diff = r["kind"] == "paired difference"
+            series = r["series"].removesuffix("-mlm") if diff else r["series"]
+            b = res["differences" if diff else "bands"].setdefault(
+                series, {"flops": [], "mean": [], "low": [], "high": [], "n": []})
+            for key in ("flops", "mean", "low", "high"):
+                value = r["train_flops" if key == "flops" else key]
+                b[key].append(float(value) if value not in ("", None) else np.nan)
+            b["n"].append(float(r["n"]) if r["n"] else np.nan)
+    for res in out.values():
+        for d in res["differences"].values():
+            d["n"] = int(np.nanmax(d["n"])) if d["n"] else 0
+    return out

@@ -77,32 +77,6 @@ def passes_section(runs: dict[str, Any]) -> list[str]:
     return lines
 
 
-def passes_conclusions(runs: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(supports, does not support): one sentence per run, every K with its own reading."""
-    supports: list[str] = []
-    not_supported: list[str] = []
-    for key, d in runs.items():
-        j = d.get("json")
-        if not j or not j.get("rows"):
-            continue
-        cells, readings = [], []
-        for r in j["rows"]:
-            verdict = reading(j, r)
-            readings.append(verdict)
-            pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
-            cells.append(f"K = {r['K']}: {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))} "
-                         f"(median of means {fmt(finite_or_none(r.get('measured_ratio_median_of_means')))}; "
-                         f"predicted {pred}): {verdict}")
-        at = (f"Across passes, at {where(key, d)}, Var(disjoint visits) / Var(independent visits) of a cycle's "
-              f"summed gradient ({SCOPE})")
-        text = f"{at}: " + "; ".join(cells) + "."
-        if "lower with disjoint visits" in readings:
-            supports.append(text + " A measurement of the mask term, not of training speed.")
-        else:
-            not_supported.append(text)
-    return supports, not_supported
-
-
 def passes_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
     """passes.csv of the study: every run and K, with the reading."""
     out = []
@@ -120,6 +94,7 @@ def passes_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
                         "predicted_ratio": r["predicted_ratio"], "predicted_ratio_ci": r.get("predicted_ratio_ci"),
                         "measured_over_predicted": r["measured_over_predicted"],
                         "measured_over_predicted_ci": r.get("measured_over_predicted_ci"),
-                        "sigma_m2": r["sigma_m2"], "c_fe": r["c_fe"], "not_measured": reasons,
+                        "sigma_m2": r["sigma_m2"], "sigma_m2_measured": r.get("sigma_m2_measured"), "c_fe": r["c_fe"],
+                        "not_measured": reasons,
                         "prediction_not_measured": pred_reasons, "reading": reading(j, r)})
     return out

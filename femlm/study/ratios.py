@@ -17,7 +17,7 @@ from typing import Any
 from femlm.analysis.gates import not_measured, null_model_gates
 from femlm.outputs import CRLF, write_csv
 from femlm.study.evidence import enough, pool_size, run_gates
-from femlm.study.text import as_interval, finite_or_none, fmt, fmt_ci, fmt_sig, term_interval
+from femlm.study.text import as_interval, fmt, fmt_ci, fmt_sig, term_interval
 
 
 def masking_ratio(j: dict[str, Any]) -> tuple[int, int]:
@@ -86,28 +86,6 @@ def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def ratio_conclusions(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-    """(FE pays off at equal compute, it does not), one bullet per run and K, each chosen by its interval."""
-    pays, not_pays = [], []
-    for r in rows:
-        lo, hi = (finite_or_none(x) for x in r["fe_vs_mlm_per_compute_ci"])
-        text = (f"masking ratio {fmt(r['ratio'], 2)} ({r['tau']} of {r['maskable']} tokens, {r['block_size']}-token "
-                f"blocks), K={r['K']}: FE / MLM gradient variance per unit compute, predicted by the decomposition "
-                f"at tau = {r['tau']}, {_ci(r, 'fe_vs_mlm_per_compute')}, c_FE + sigma_d2 = "
-                f"{_ci(r, 'c_fe_plus_sigma_d2')} ({r.get('pool_sequences', '?')} pool sequences)")
-        if r.get("not_measured"):
-            not_pays.append(f"{text}: {not_measured(r['not_measured'])}.")
-        elif not enough(r.get("pool_sequences")):
-            not_pays.append(f"{text}: no interval (too few pool sequences), so no verdict.")
-        elif lo is not None and hi is not None and hi < 1:
-            pays.append(text + ": FE lowers the variance at equal compute.")
-        elif lo is not None and hi is not None and lo > 1:
-            not_pays.append(text + ": FE raises it.")
-        else:
-            not_pays.append(text + ": no difference detected (the interval contains 1, or none was computed).")
-    return pays, not_pays
-
-
 def plot_pairs(src: Path, dec_json: dict[str, Any], path: Path, title: str) -> Path | None:
     """The paper's Figure 2 (covariance per Hamming bin, violins) from a decomposition run's null_model_pairs.csv
     and its bins, drawn by the analysis' own figure code."""
@@ -161,6 +139,18 @@ def pool_count(study: dict[str, Any], key: str, folder: Path) -> int | None:
     return n
 
 
+def run_shape(study: dict[str, Any], key: str, folder: Path) -> str:
+    """"128-token blocks, tau 15": a decomposition run's block length and masked tokens per copy, from its
+    recorded settings (study.json's ``decomposition_settings``) or its decomposition_<key>.md beside it."""
+    s = (study.get("decomposition_settings") or {}).get(key) or {}
+    block, tau = s.get("block_size"), s.get("tau")
+    md = folder / f"decomposition_{key}.md"
+    if (block is None or tau is None) and md.is_file():
+        m = re.search(r"validation blocks of (\d+) tokens, tau = (\d+)", md.read_text())
+        block, tau = (int(m[1]), int(m[2])) if m else (None, None)
+    return f"{block if block is not None else '?'}-token blocks, tau {tau if tau is not None else '?'}"
+
+
 def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -> list[str]:
     """The MiniLM study (results/study/study.json, its warm-up decomposition) beside this one (the runs named by
     ``keys``: ``terms`` for the decomposition, ``null_model`` for the null model): shapes and headline terms."""
@@ -185,8 +175,10 @@ def side_by_side(base: dict[str, Any], other_json: Path, keys: dict[str, str]) -
     return ["| at the warmed-up encoder | all-MiniLM-L6-v2 (`make study`) | all-mpnet-base-v2 (`make study-base`) |",
             "|---|---|---|",
             f"| encoder | {a['model']} | {b['model']} |",
-            f"| decomposition run | 128-token blocks, tau 15 | {_run_label(base, keys.get('terms', ''))} |",
+            f"| decomposition run | {run_shape(other, 'warmup', other_json.parent)} | "
+            f"{_run_label(base, keys.get('terms', ''))} |",
             f"| sigma_d2 (data term) | {a['sigma_d2']} | {b['sigma_d2']} |",
             f"| c_FE (two disjoint masks) | {a['c_fe']} | {b['c_fe']} |",
-            f"| covariance fall explained by the additive null model | {a['null']} (128 tokens, tau 15) | {b['null']} "
+            f"| covariance fall explained by the additive null model | {a['null']} "
+            f"({run_shape(other, 'warmup', other_json.parent)}) | {b['null']} "
             f"({_run_label(base, keys.get('null_model', ''))}) |", ""]

@@ -11,18 +11,17 @@ from typing import Any
 from femlm.study import stats as st
 from femlm.study.collect import part_walls
 from femlm.study.evidence import null_sequences, pool_size
-from femlm.study.passes import passes_conclusions, passes_section
+from femlm.study.passes import passes_section
 from femlm.study.plan import Step
-from femlm.study.ratios import ratio_conclusions, ratio_section, side_by_side
+from femlm.study.ratios import ratio_section, side_by_side
 from femlm.study.sections import (
-    conclusions,
-    count_comparisons,
     decomposition_section,
     downstream_section,
     pretrain_section,
     scale_lines,
 )
 from femlm.study.text import label, minutes
+from femlm.study.verdicts import Comparison, summary_lines, verdict_lines
 
 BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 INTRO = ("Three questions of issue 17, each answered with error bars: (1) does fully-explored masking reduce the "
@@ -68,7 +67,9 @@ def sizing_lines(plan: dict[str, Any], steps: list[Step], walls: dict[str, float
 
 def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any], down: dict[str, Any],
                  timings: dict[str, Any], out: Path, order: list[str], steps: list[Step],
-                 dec_rows: list[dict[str, Any]] | None = None) -> Path:
+                 dec_rows: list[dict[str, Any]] | None = None, comps: list[Comparison] | None = None) -> Path:
+    """results/<study>/README.md; ``comps``: the study's comparisons, adjusted (femlm.study.verdicts)."""
+    comps = comps or []
     walls = part_walls(timings)
     smoke = plan.get("smoke")
     report = plan.get("report") or {}
@@ -86,27 +87,14 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
                   + "; ".join(data["optional_missing"]) + ".", ""]
     lines += ["## What was measured, at what scale", "", *scale_lines(plan, data), ""]
     lines += sizing_lines(plan, steps, walls)
-    supports, not_supported, controls = conclusions(plan, data["decomposition"], pre, down)
-    pays, not_pays = ratio_conclusions(dec_rows or []) if plan.get("decomposition", {}).get("variants") else ([], [])
-    across, not_across = passes_conclusions(data.get("passes") or {})
-    supports, not_supported = supports + pays + across, not_supported + not_pays + not_across
-    lines += ["## What the evidence supports", ""] + ([f"- {s}" for s in supports] or
-                                                      ["- Nothing in FE-MLM's favour: no such interval excludes 'no "
-                                                       "difference'."])
-    lines += ["", "## What it does not support", ""] + ([f"- {s}" for s in not_supported] or ["- (none)"])
-    if controls:
-        lines += ["", f"## {control_title(plan)}", ""] + [f"- {s}" for s in controls]
+    lines += verdict_lines(comps, plan)
     if not plan.get("pretrain"):
-        lines += ["", "Each interval is a per-comparison 95% interval; with many of them (every run and K), one or "
-                  "two 'differences' are expected by chance alone. "
-                  + report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; context interactions "
+        lines += [report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; context interactions "
                   "against the additive null model", "", *ratio_section(dec_rows or []), *decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))]
         return _write(out, lines + across_section(plan, data) + _files(plan))
-    n_comp = count_comparisons(pre, down)
     n_seeds = len({r["seed"] for r in data["pretrain"]}) or len(plan["pretrain"]["seeds"])
     tq = st.t_quantile(n_seeds - 1) if n_seeds > 1 else float("nan")
-    lines += ["", f"Each interval is a per-comparison 95% interval; this README makes about {n_comp} comparisons, "
-              "so one or two 'differences' among them are expected by chance alone. With "
+    lines += [f"Each interval is a per-comparison 95% interval (the readings above adjust for multiplicity). With "
               f"{n_seeds} pre-training seeds the t quantile is {tq:.2f} ({n_seeds - 1} degrees of freedom): only "
               "differences of several seed standard deviations can be told apart. The scale is tiny next to the paper's (RoBERTa-base, 40k steps of batch 48 x 512 "
               "tokens on 72k papers): a null result here does not rule out an effect at scale, and a positive one "
@@ -156,6 +144,8 @@ def across_section(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
 def _files(plan: dict[str, Any]) -> list[str]:
     lines = ["## Files", "",
              "- `study.json`: every number above (and the per-run values); `timings.json`: wall time per step.",
+             "- `comparisons.csv`: every comparison with its family (confirmatory / exploratory), raw and adjusted "
+             "p-values and reading (femlm/study/verdicts.py).",
              "- `pretrain_curves.csv`: every evaluation of every run (the warm-ups' too)."]
     if plan.get("pretrain"):
         lines.append("- `pretrain_bands.csv` (plotted means and bands, differences), `pretrain_runs.csv` (per-run "
@@ -191,17 +181,11 @@ def _write(out: Path, lines: list[str]) -> Path:
     return path
 
 
-def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any], down: dict[str, Any],
-                  timings: dict[str, Any], dec_rows: list[dict[str, Any]] | None = None, out: Path | None = None) -> str:
+def summary_block(plan: dict[str, Any], data: dict[str, Any], timings: dict[str, Any], comps: list[Comparison],
+                  out: Path | None = None) -> str:
     """The short, generated summary docs/evidence.md carries between the study's markers; a study without
     pre-training arms (study_base) puts its scale beside the MiniLM study's."""
     begin, end = markers(plan)
-    supports, not_supported, _ = conclusions(plan, data["decomposition"], pre, down)
-    if plan.get("decomposition", {}).get("variants"):
-        pays, not_pays = ratio_conclusions(dec_rows or [])
-        supports, not_supported = supports + pays, not_supported + not_pays
-    across, not_across = passes_conclusions(data.get("passes") or {})
-    supports, not_supported = supports + across, not_supported + not_across
     total = sum(part_walls(timings).values())
     runs = (f"{len(data['pretrain'])} pre-training runs" if plan.get("pretrain") else
             f"{(data.get('warmup') is not None) + (data.get('head_warmup') is not None)} warm-up runs and "
@@ -220,8 +204,7 @@ def summary_block(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any
                                    if v.get("json")},
                 "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")}}
         lines += side_by_side(base, out.parent / "study" / "study.json", (plan.get("report") or {}).get("side_by_side", {}))
-    lines += ["Supported by the evidence:"] + ([f"- {s}" for s in supports] or ["- nothing beyond noise."])
-    lines += ["", "Not supported at this scale:"] + ([f"- {s}" for s in not_supported] or ["- (none)"])
+    lines += ["The confirmatory comparisons (Holm at a family-wise 0.05), each by its reading:", *summary_lines(comps)]
     if data["missing"]:
         lines += ["", f"(The study was incomplete: {len(data['missing'])} steps missing.)"]
     lines += ["", end]

@@ -13,6 +13,7 @@ should use ``--results-only`` instead, which rewrites everything.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import time
@@ -21,33 +22,95 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
-from femlm.study.readme import INTRO, drop_missing_figures, markers, sizing_sentence
-from femlm.study.sections import conclusions, decomposition_section, pretrain_section
+from femlm.study.evidence import run_gates
+from femlm.study.figures import bands_from_csv, plot_curves, plot_downstream
+from femlm.study.headlines import write_headlines
+from femlm.study.passes import passes_rows
+from femlm.study.ratios import ratio_section, side_by_side, write_ratio_csv
+from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, markers, sizing_sentence
+from femlm.study.sections import decomposition_section, pretrain_section
 from femlm.study.tables import comparison_rows
+from femlm.study.text import MODE_LABEL
+from femlm.study.verdicts import adjust, study_comparisons, summary_lines, verdict_lines
+from femlm.study.verdicts import rows as comparison_table
 
 POOL = re.compile(r"Pool of (\d+) validation blocks of (\d+) tokens, tau = (\d+) masked tokens per copy, R = (\d+) "
                   r"rows per step, K in \[([\d, ]+)\]; (\d+) reference masks and (\d+) draws .*?; (\d+) directly")
 NULL = re.compile(r"^(\d+) sequences, tau = (\d+), (\d+) mask pairs .*?, (\d+) groups of (\d+) ", re.M)
+TERMS_FILE = "`decomposition_terms.csv`: every decomposition run's terms and per-K verdicts in one table; "
+TITLE = re.compile(r"^# Gradient variance decomposition: (.+)$", re.M)
+BOOT = re.compile(r"(expanded )?percentile bootstrap[^(]*\((\d+) resamples")
 NUMEL = re.compile(r"(?:parameters:|the gradient of) (\S.*?) \(([\d,]+) values")  # the old and the new wording
 
 
-def run_json(study: dict[str, Any], key: str, md: str, readme: str) -> dict[str, Any]:
-    """The decomposition.json fields the verdict writer reads, from study.json and the run's decomposition.md."""
+def recorded_settings(study: dict[str, Any], key: str, md: str) -> dict[str, Any]:
+    """A decomposition run's settings: study.json's ``decomposition_settings`` (written by the study since issue
+    37), else the first lines of the analysis' own decomposition_<key>.md (an older study.json lacks them)."""
+    have = (study.get("decomposition_settings") or {}).get(key)
+    if have:
+        return have
     m, n = POOL.search(md), NULL.search(md)
     if m is None or n is None:
         raise UserError(f"decomposition_{key}.md: its first lines do not give the run's settings")
+    title, boot = TITLE.search(md), BOOT.search(md)
+    return {"title": title[1] if title else key, "pool": int(m[1]), "block_size": int(m[2]), "tau": int(m[3]),
+            "batch_rows": int(m[4]), "num_masks": [int(k) for k in m[5].split(",")], "reference": int(m[6]),
+            "draws": int(m[7]), "check_batches": int(m[8]), "bootstrap": int(boot[2]) if boot else None,
+            "interval_method": f"{boot[1] or ''}percentile bootstrap" if boot else None,
+            "null_model": {"sequences": int(n[1]), "tau": int(n[2]), "pairs": int(n[3]), "groups": int(n[4]),
+                           "group_size": int(n[5])}}
+
+
+def run_json(study: dict[str, Any], key: str, md: str, readme: str) -> dict[str, Any]:
+    """The decomposition.json fields the verdict writer reads, from study.json (and the run's decomposition.md)."""
+    s = recorded_settings(study, key, md)
     p = NUMEL.search(readme)
     return {
-        "settings": {"pool": int(m[1]), "block_size": int(m[2]), "tau": int(m[3]), "batch_rows": int(m[4]),
-                     "num_masks": [int(k) for k in m[5].split(",")], "reference": int(m[6]), "draws": int(m[7]),
-                     "check_batches": int(m[8])},
+        "settings": {k: v for k, v in s.items() if k not in ("null_model", "title", "interval_method")},
         "parameters": {"patterns": p[1].split(", ") if p else ["?"],
                        "numel": int(p[2].replace(",", "")) if p else None},
         "terms": study["decomposition_terms"][key], "verdicts": study["decomposition"][key],
-        "null_model": {"summary": study["null_model"][key],
-                       "settings": {"sequences": int(n[1]), "tau": int(n[2]), "pairs": int(n[3]), "groups": int(n[4]),
-                                    "group_size": int(n[5])}},
+        "null_model": {"summary": study["null_model"][key], "settings": s["null_model"]},
     }
+
+
+def _table(path: Path) -> list[dict[str, Any]]:
+    """A CSV of the analysis with its ``<name>_ci_low`` / ``<name>_ci_high`` pairs as ``<name>_ci`` lists."""
+    out = []
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            v: dict[str, Any] = {k: _number(x) for k, x in r.items()}
+            for k in [k for k in v if k.endswith(("_ci_low", "_ci_seq_low"))]:
+                v[k[:-4]] = [v.pop(k), v.pop(k[:-4] + "_high")]
+            out.append(v)
+    return out
+
+
+def _number(x: str) -> Any:
+    try:
+        return int(x) if x.lstrip("-").isdigit() else float(x)
+    except ValueError:
+        return x
+
+
+def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Path) -> Path | None:
+    """decomposition_<key>.md rewritten by today's analysis writer (femlm.analysis.decomposition_text) from
+    study.json and the run's own CSV tables beside it: the headings, gates and unit rules of today."""
+    from femlm.analysis.decomposition_text import decomposition_markdown
+
+    table, null = out / f"decomposition_{key}.csv", out / f"null_model_{key}.csv"
+    if not table.is_file() or not null.is_file():
+        return None
+    s = study["decomposition_settings"][key]
+    summary = {**j, "gates": run_gates(j), "settings": {**j["settings"]},
+               "null_model": {**j["null_model"], "settings": {**j["null_model"]["settings"],
+                                                              "bootstrap": s.get("bootstrap")}}}
+    text = decomposition_markdown(summary, _table(table), _table(null), s.get("title", key))
+    if s.get("interval_method") and s["interval_method"] != "expanded percentile bootstrap":
+        text = text.replace("expanded percentile bootstrap", s["interval_method"])  # what the run computed
+    path = out / f"decomposition_{key}.md"
+    path.write_text(text)
+    return path
 
 
 def _replace(text: str, start: str, stop: str, new: list[str]) -> str:
@@ -59,32 +122,116 @@ def _replace(text: str, start: str, stop: str, new: list[str]) -> str:
     return text[:i] + "\n".join(new) + "\n" + text[j:]
 
 
-def regenerate(plan: dict[str, Any], out: Path, readme: Path | None) -> Path:
+def _section(text: str, starts: tuple[str, ...], new: list[str]) -> str:
+    """``text`` with the first section whose heading starts with one of ``starts`` (up to the next ``## ``
+    heading) replaced by ``new``; unchanged when it has none."""
+    i = min((k for k in (text.find("\n" + s) for s in starts) if k >= 0), default=-1)
+    if i < 0:
+        return text
+    j = text.find("\n## ", i + 1)
+    return text[:i + 1] + "\n".join(new) + "\n" + (text[j + 1:] if j >= 0 else "")
+
+
+def passes_runs(study: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The passes runs as femlm.study.passes reads them, from study.json's rows and the ``passes_<run>.csv``
+    beside it (the analysis' own table: the variances and the directly measured sigma_m2 the gates read)."""
+    runs: dict[str, Any] = {}
+    for row in study.get("passes") or []:
+        key = row["run"]
+        path = out / f"passes_{key}.csv"
+        if key in runs or not path.is_file():
+            continue
+        with path.open() as fh:
+            table = list(csv.DictReader(fh))
+
+        def num(x: str) -> Any:
+            try:
+                return int(x) if x.isdigit() else float(x)
+            except ValueError:
+                return None
+
+        rows = []
+        for r in table:
+            v = {k: num(x) for k, x in r.items() if k not in ("gates", "prediction_gates")}
+            for name in ("measured_ratio", "predicted_ratio", "measured_over_predicted"):
+                v[f"{name}_ci"] = [v.pop(f"{name}_ci_low"), v.pop(f"{name}_ci_high")]
+            rows.append(v)
+        first = table[0] if table else {}
+        runs[key] = {"label": row.get("label", ""), "json": {
+            "settings": {"tau": row["tau"], "block_size": row["block_size"], "pool": row["sequences"],
+                         "draws": row["cycles_per_sequence"]},
+            "rows": rows,
+            "stats": {"interval": {"method": "expanded percentile bootstrap", "count": first and row["sequences"],
+                                   "unit": "sequences", "resamples": _resamples(study)}}}}
+    return runs
+
+
+def _resamples(study: dict[str, Any]) -> Any:
+    for item in ((study.get("plan") or {}).get("passes") or {}).get("overrides") or []:
+        if str(item).startswith("analysis.bootstrap="):
+            return int(str(item).split("=", 1)[1])
+    return "?"
+
+
+def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[Path]:
+    """The study's loss and downstream figures drawn again from its committed CSV and study.json (one colour per
+    arm, femlm.outputs.ARM_COLORS), where the study has them."""
+    drawn = []
+    if (out / "pretrain_bands.csv").is_file():
+        for mode, res in bands_from_csv(out / "pretrain_bands.csv", study.get("pretraining") or {}).items():
+            drawn.append(plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png",
+                                     f"held-out MLM loss vs training compute, {MODE_LABEL[mode]}"))
+    down = study.get("downstream") or {}
+    if down:
+        order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+        drawn.append(plot_downstream(down, out / "downstream.png", order))
+    return drawn
+
+
+def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path | None = None) -> Path:
+    """Rewrite results/<study>/ README's readings, its comparisons.csv and pretrain_comparisons.csv, the study's
+    block of ``readme`` (docs/evidence.md) and the evidence block of ``top`` (README.md, whose folder holds
+    results/) from the committed files (see the module doc)."""
     study_path = out / "study.json"
     if not study_path.is_file():
         raise UserError(f"{study_path}: no study.json to regenerate from (run the study, or --results-only)")
     study = json.loads(study_path.read_text())
     text = (out / "README.md").read_text()
     dec = {}
-    for key in study.get("decomposition") or {}:
+    labels = {v["name"]: v.get("label") for v in (plan.get("decomposition") or {}).get("variants") or []}
+    settings = {key: recorded_settings(study, key, (out / f"decomposition_{key}.md").read_text())
+                for key in study.get("decomposition") or {} if study["decomposition"][key]
+                and ((study.get("decomposition_settings") or {}).get(key) or (out / f"decomposition_{key}.md").is_file())}
+    if settings and study.get("decomposition_settings") != settings:  # moved into study.json once (issue 37)
+        study["decomposition_settings"] = settings
+        study_path.write_text(json.dumps(study, indent=2) + "\n")
+    for key in settings:
         md = out / f"decomposition_{key}.md"
-        if md.is_file() and study["decomposition"][key]:
-            dec[key] = {"json": run_json(study, key, md.read_text(), text), "checkpoint": key}
+        if study["decomposition"][key]:
+            name = key.split("_", 1)[1] if "_" in key else key
+            dec[key] = {"json": run_json(study, key, md.read_text(), text),
+                        "checkpoint": "warmup" if key.startswith("warmup") else key,
+                        **({"label": labels[name]} if labels.get(name) else {})}
     pre = {m: r for m, r in (study.get("pretraining") or {}).items()}
-    if any("arms" in r for r in pre.values()):  # censored ratios as bounds: no interval, no p-value
-        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre), line_end=CRLF)
     down = study.get("downstream") or {}
-    supports, not_supported, controls = conclusions(plan, dec, pre, down)
-    note = (f"_The verdicts below were regenerated from `study.json` with the issue-27 gates "
-            f"({time.strftime('%Y-%m-%d')}; `python -m femlm.study --experiment {plan.get('name')} --from-json`)._")
+    runs = passes_runs(study, out)
+    rows = passes_rows(runs) if runs else []
+    comps = adjust(study_comparisons(plan, dec, pre, down, rows, study.get("arms_read")), plan)
+    write_csv(out / "comparisons.csv", comparison_table(comps), line_end=CRLF)
+    if any("arms" in r for r in pre.values()):
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, {c.key: c for c in comps}), line_end=CRLF)
+    if rows:
+        write_ratio_csv(out / "passes_ratios.csv", rows)
+    note = (f"_Regenerated from `study.json` by the issue-37 writer ({time.strftime('%Y-%m-%d')}; `python -m "
+            f"femlm.study --experiment {plan.get('name')} --from-json`); the numbers are the run's._")
     tail = next((line for line in text.splitlines() if line.startswith("Each interval is")), "")
-    lists = ["## What the evidence supports", "", note, "", *([f"- {s}" for s in supports] or ["- (none)"]), "",
-             "## What it does not support", "", *([f"- {s}" for s in not_supported] or ["- (none)"]), ""]
-    if controls:
-        lists += ["## The i.i.d. K-mask control (K copies without the non-overlap)", "",
-                  *[f"- {s}" for s in controls], ""]
-    lists += [tail, ""] if tail else []
-    text = _replace(text, "## What the evidence supports", "## 1-2.", lists)
+    if tail:
+        tail = "Each interval is a per-comparison 95% interval (the readings above adjust for multiplicity)." + (
+            tail.split("alone.", 1)[1] if "alone." in tail else "")
+    lists = [*verdict_lines(comps, plan)[:2], note, "", *verdict_lines(comps, plan)[2:], *([tail, ""] if tail else [])]
+    start = "## What the evidence says" if "\n## What the evidence says" in text else "## What the evidence supports"
+    stop = next(h for h in ("\n## 1-2.", "\n## Variance across passes", "\n## 3.") if h in text)
+    text = _replace(text, start, stop.lstrip("\n"), lists)
     intro = (plan.get("report") or {}).get("intro")
     if not intro:  # the default intro, as today's writer words it
         text = "\n".join(INTRO if line.startswith("Three questions of issue 17") else line
@@ -100,24 +247,41 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None) -> Path:
     text = "\n".join(sizing if line.startswith("Sized beforehand from unit costs measured on") else line
                      for line in text.splitlines()) + "\n"
     params = (study.get("encoder") or {}).get("parameters")
-    text = _replace(text, "## 1-2.", "## 3.", ["## 1-2. Variance of the training gradient; context interactions "
-                                                "against the additive null model", "",
-                                                *decomposition_section(dec, params)])
+    if dec:
+        rows_table = ratio_section(study.get("decomposition_rows") or []) if labels else []
+        text = _section(text, ("## 1-2.",), ["## 1-2. Variance of the training gradient; context interactions "
+                                             "against the additive null model", "", *rows_table,
+                                             *decomposition_section(dec, params)])
+    if runs:
+        text = _section(text, ("## Variance across passes",), across_section(plan, {"passes": runs}))
     if pre:
         i = text.find("## 3.")
         intro_end = text.find("\n### ", i)
         text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre))
+    for key, d in dec.items():
+        rewrite_markdown(study, key, d["json"], out)
+    files = _files(plan)
+    if not (out / "decomposition_terms.csv").is_file():  # a study from before the table existed (results/study)
+        files = [line.replace(TERMS_FILE, "") for line in files]
+    text = _section(text, ("## Files",), files)
+    redraw(plan, out, study)
     path = out / "README.md"
     path.write_text(drop_missing_figures(text, out))
     if readme is not None and readme.is_file():
         begin, end = markers(plan)
-        top = readme.read_text()
-        if begin in top and end in top:
-            head, rest = top.split(begin, 1)
+        evidence = readme.read_text()
+        if begin in evidence and end in evidence:
+            head, rest = evidence.split(begin, 1)
             old, after = rest.split(end, 1)
-            gen = next((line for line in old.splitlines() if line.startswith("_Generated from")), "")
-            block = [begin, "", gen, "", note, "", "Supported by the evidence:",
-                     *([f"- {s}" for s in supports] or ["- nothing beyond noise."]), "", "Not supported at this scale:",
-                     *([f"- {s}" for s in not_supported] or ["- (none)"]), "", end]
+            keep = [next((line for line in old.splitlines() if line.startswith("_Generated from")), ""), ""]
+            if not plan.get("pretrain"):  # a study without training arms sets its scale beside the MiniLM study's
+                base = {**study, "labels": {k: d.get("label") for k, d in dec.items()}}
+                keep += side_by_side(base, out.parent / "study" / "study.json",
+                                     (plan.get("report") or {}).get("side_by_side", {}))
+            block = [begin, "", *keep, note, "",
+                     "The confirmatory comparisons (Holm at a family-wise 0.05), each by its reading:",
+                     *summary_lines(comps), "", end]
             readme.write_text(head + "\n".join(block) + after)
+    if top is not None:
+        write_headlines(top, top.parent)
     return path

@@ -25,12 +25,9 @@ from femlm.study.evidence import (
 from femlm.study.text import (
     MODE_LABEL,
     as_interval,
-    contrast,
-    finite_or_none,
     fmt,
     fmt_ci,
     fmt_sig,
-    is_fe_arm,
     label,
     package_version,
     term_interval,
@@ -265,112 +262,3 @@ def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
     if down:
         lines += ["![downstream](downstream.png)", ""]
     return lines
-
-
-def _part1(supports: list[str], not_supported: list[str], at: str, k: str, fe: dict[str, Any], reasons: list[str],
-           predicted: str) -> None:
-    """The one-line verdict on FE's training-gradient variance per unit compute at K, by its interval."""
-    ratio = fe["per_compute_vs_mlm"]
-    lo, hi = finite_or_none(fe["ci"][0]), finite_or_none(fe["ci"][1])
-    if reasons:
-        not_supported.append(f"Part 1: at {at}, FE (K={k}) vs MLM per unit compute, {predicted}: ratio "
-                             f"{fmt(ratio)}, {not_measured(reasons)}.")
-    elif lo is not None and hi is not None and hi < 1:
-        supports.append(f"Part 1: at {at}, FE (K={k}) has lower training-gradient variance than MLM per unit "
-                        f"compute ({predicted}: ratio {ratio:.3f} [{lo:.3f}, {hi:.3f}]).")
-    elif lo is not None and hi is not None and lo > 1:
-        not_supported.append(f"Part 1: at {at}, FE does not reduce the variance of the *training* gradient at "
-                             f"equal compute; it raises it ({predicted}: K={k} ratio {ratio:.3f} [{lo:.3f}, "
-                             f"{hi:.3f}]): the data variance of K times fewer sequences outweighs the covariance FE "
-                             "removes. The paper's variance argument covers the mask term only.")
-    else:
-        not_supported.append(f"Part 1: at {at}, no difference in training-gradient variance per unit compute "
-                             f"between FE (K={k}) and MLM was detected ({predicted}: ratio {ratio:.3f}, interval "
-                             "contains 1 or none was computed).")
-
-
-def conclusions(plan: dict[str, Any], dec: dict[str, Any], pre: dict[str, Any],
-                down: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """(what the evidence supports, what it does not, what the i.i.d. control shows), each bullet chosen by an
-    interval."""
-    supports, not_supported, controls = [], [], []
-    for where, d in dec.items():
-        j = d.get("json")
-        if not j:
-            continue
-        at = where_label(where, d)
-        gates = run_gates(j)
-        k = headline_k(j["verdicts"])
-        if not plan.get("decomposition", {}).get("variants"):  # else: per run and K, femlm.study.ratios
-            _part1(supports, not_supported, at, k, j["verdicts"][k]["fe"], gates["decomposition"],
-                   prediction_label(j))
-        null = j.get("null_model", {}).get("summary", {})
-        if not null:
-            continue
-        ci = null_interval(j, "residual_decrease")
-        numbers = (f"measured fall {fmt_sig(null_interval(j, 'measured_decrease'))}, the additive model explains "
-                   f"{fmt_ci(null_interval(j, 'fraction_explained'), 2)}; {null_units(j)}")
-        if gates["null_model"]:
-            not_supported.append(f"Part 2: at {at}, context interactions beyond an additive gradient: "
-                                 f"{not_measured(gates['null_model'])} ({numbers}).")
-        elif d.get("null_model") == "side":
-            not_supported.append(f"Part 2: at {at}, context interactions are not tested (the null model ran on a "
-                                 f"few sequences and masks, sized as a side number): {numbers}.")
-        elif ci["low"] is not None and ci["low"] > 0:
-            supports.append(f"Part 2: at {at}, the gradient covariance falls with Hamming distance beyond what "
-                            f"additive per-token gradients give (residual decrease above 0; {numbers}): evidence "
-                            "of context interactions. This tests interactions only: additive gradients already "
-                            "satisfy Assumption 1, and it says nothing about FE's benefit.")
-        elif ci["high"] is not None:
-            not_supported.append(f"Part 2: at {at}, the fall of covariance with Hamming distance is not shown to "
-                                 "exceed the additive null model's (the residual decrease interval reaches 0 or "
-                                 f"below; {numbers}): no context interactions detected.")
-    for mode, res in pre.items():
-        if "comparisons" not in res:
-            continue
-        for arm, c in res["comparisons"].items():
-            name = f"{label(arm)} vs MLM, {MODE_LABEL[mode]}"
-            v = c["final_loss"]["verdict"]
-            ratio = c.get("ratio_to_75%") or next((c[k] for k in c if k.startswith("ratio_to_")), None)
-            rv = ratio["verdict"] if ratio else "no ratio"
-            text = (f"Part 3 ({name}): final held-out loss {v} (paired difference {fmt_ci(c['final_loss']['paired'])}); "
-                    f"compute to the 75% target: {fmt_ratio(ratio) if ratio else 'n/a'}.")
-            if not is_fe_arm(arm):
-                controls.append(text)
-            elif v == "lower" or rv.startswith("less compute"):
-                supports.append(text)
-            else:
-                not_supported.append(text)
-        vs = res.get("fe_vs_control")
-        if vs:
-            what, why = contrast(vs["fe"], vs["control"])
-            text = (f"Part 3 ({what}; {MODE_LABEL[mode]}, paired by seed): final held-out loss "
-                    f"{vs['final_loss']['verdict']} ({fmt_ci(vs['final_loss'])}), mean loss over the budget "
-                    f"{vs['mean_loss']['verdict']} ({fmt_ci(vs['mean_loss'])}).")
-            if vs["final_loss"]["verdict"] == "lower":
-                supports.append(f"{text} {why}".rstrip())
-            else:
-                controls.append(text)
-    for task, d in down.items():
-        for arm, fe in d["vs_mlm"].items():
-            if not is_fe_arm(arm) or fe is None:
-                continue
-            text = (f"Part 4 ({task}): {label(arm)} - MLM = {fmt(x100(fe['estimate']), 2)} "
-                    f"[{fmt(x100(fe['low']), 2)}, {fmt(x100(fe['high']), 2)}] test {d['metric']} x 100 (Welch, "
-                    f"{d['summary'][arm]['n']} vs {d['summary'].get(plan['pretrain']['reference'], {}).get('n')} seeds)")
-            if fe["exceeds_seed_noise"]:
-                supports.append(text + ": exceeds the fine-tuning seed noise.")
-            else:
-                not_supported.append(text + ": does not exceed the fine-tuning seed noise.")
-    return supports, not_supported, controls
-
-
-def count_comparisons(pre: dict[str, Any], down: dict[str, Any]) -> int:
-    n = 0
-    for res in pre.values():
-        for c in res.get("comparisons", {}).values():
-            n += 2 + sum(1 for k in c if k.startswith("ratio_to_"))
-        n += 2 if res.get("fe_vs_control") else 0
-    for d in down.values():
-        n += len(d["vs_mlm"]) + len(d["vs_no_continual"])
-    return n

@@ -38,7 +38,11 @@ def band_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def comparison_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
+def comparison_rows(pre: dict[str, Any], adjusted: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """pretrain_comparisons.csv: every arm, every comparison (FE against its control too), with the family,
+    the adjusted p and the reading of femlm.study.verdicts where the row is one of the study's comparisons
+    (``adjusted``: key -> Comparison; the Welch rows are shown beside the paired test, not tested)."""
+    adjusted = adjusted or {}
     rows = []
     for mode, res in pre.items():
         if "arms" not in res:
@@ -52,7 +56,9 @@ def comparison_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
             for metric in ("final_loss", "mean_loss"):
                 for how in ("paired", "welch"):
                     m = comp[metric][how]
-                    rows.append({"mode": mode, "arm": arm, "quantity": f"{metric} difference to MLM ({how})",
+                    c = adjusted.get(f"training_loss/{mode}/{arm}/{metric}") if how == "paired" else None
+                    rows.append({**_adjusted(c), "mode": mode, "arm": arm,
+                                 "quantity": f"{metric} difference to MLM ({how})",
                                  "estimate": m["estimate"], "low": m["low"], "high": m["high"], "n": m["n"],
                                  "p": m["p"], "method": m["method"],
                                  "verdict": comp[metric]["verdict"] if how == "paired" else st.verdict(
@@ -61,13 +67,27 @@ def comparison_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
             for key in res["targets"]:
                 m = comp[f"ratio_to_{key}"]
                 cut = bool(m["bound"])  # a censored ratio is a bound: no interval and no p-value (issue 27)
-                rows.append({"mode": mode, "arm": arm, "quantity": f"compute to target {key} / MLM's",
+                rows.append({**_adjusted(adjusted.get(f"compute_ratio/{mode}/{arm}/{key}")), "mode": mode, "arm": arm, "quantity": f"compute to target {key} / MLM's",
                              "estimate": m["estimate"], "low": None if cut else m["low"],
                              "high": None if cut else m["high"], "n": m["n"], "p": None if cut else m["p"],
                              "method": m["method"], "verdict": m["verdict"], "bound": m["bound"],
                              "not_reached_arm": m["not_reached"]["arm"],
                              "not_reached_mlm": m["not_reached"]["reference"]})
+        vs = res.get("fe_vs_control")
+        for metric in ("final_loss", "mean_loss") if vs else ():
+            m = vs[metric]
+            rows.append({**_adjusted(adjusted.get(f"fe_vs_control/{mode}/{metric}")), "mode": mode, "arm": vs["fe"],
+                         "quantity": f"{metric} difference to {vs['control']} (paired)", "estimate": m["estimate"],
+                         "low": m["low"], "high": m["high"], "n": m["n"], "p": m["p"], "method": m["method"],
+                         "verdict": m["verdict"]})
     return rows
+
+
+def _adjusted(c: Any) -> dict[str, Any]:
+    """The columns every row has first: its family, adjusted p and reading (empty: not one of the tests)."""
+    if c is None:
+        return {"family": "", "p_adjusted": None, "reading": ""}
+    return {"family": c.family, "p_adjusted": c.p_adjusted, "reading": c.reading}
 
 
 def run_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:

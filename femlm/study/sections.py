@@ -8,7 +8,7 @@ import numpy as np
 
 from femlm.analysis.decomposition_text import verdict_table
 from femlm.analysis.gates import not_measured
-from femlm.runs import cpu_model
+from femlm.runs import cpu_model, environment_line, environment_under
 from femlm.study.collect import run_config
 from femlm.study.evidence import (
     dec_units,
@@ -126,6 +126,9 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
     threads = (wcfg.get("runtime") or {}).get("threads", "?")
     lines.append(f"- **Hardware**: {cpu_model()}, {threads} threads, "
                  f"{warm.get('precision', 'fp32')}; torch {package_version('torch')}, transformers {package_version('transformers')}.")
+    # what made the runs (issue 40): packages, device, threads, precision, corpus and vocabulary sha256
+    lines.append(f"- {environment_line(environment_under(plan.get('runs_dir') or 'runs'))} "
+                 "(full record: study.json's `environment`).")
     return lines
 
 

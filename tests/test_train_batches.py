@@ -85,22 +85,24 @@ def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same
     split_loss = sum(s for s, _, _ in parts)
     torch.testing.assert_close(split_loss, loss, rtol=1e-6, atol=1e-5)
     for a, b in zip(torch.autograd.grad(split_loss, core.params), grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # float sums in another order
 
 
 def test_a_compiled_run_of_200_steps_has_one_training_and_one_evaluation_graph(
         fresh_dynamo, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    core = tiny_core(masking=BERNOULLI, compile=True, micro_batch_size=3)  # micro-batches 3, 3 and a ragged 2
-    eager = tiny_core(masking=BERNOULLI)
+    core = tiny_core(masking=BERNOULLI, compile=True, micro_batch_size=5)  # micro-batches 5 and a ragged 3
     batch = core.batch
     core.batch = lambda step, redraw=None: everything_masked(batch(step)) if step == 100 else batch(step, redraw)
-    eager.batch = core.batch
     core.read_at = lambda step: step % 50 == 0
     for step in range(1, 201):
-        stats = core.step(step)
-        if step <= 100:  # eager alongside, up to the overflowing batch (it runs in passes: the same loss)
-            assert stats.loss == pytest.approx(eager.step(step).loss, rel=1e-4), step
+        if step == 100:  # the overflowing batch, in passes: the loss of the eager objective at today's weights
+            rows = core.batch(100)
+            with torch.no_grad():
+                expected = core.objective(rows["input_ids"], None, rows["labels"])[0] / rows["labels"].numel()
+            assert core.step(step).loss == pytest.approx(float(expected), rel=1e-5)
+        else:
+            core.step(step)
     assert counters["stats"]["unique_graphs"] == 1  # the training step: all 200, the overflowing one included
     data = eval_set(core)
     first = core.evaluate(data, batch_rows=8)  # batches of 8, 8 and a ragged 4, padded
@@ -157,14 +159,17 @@ def test_a_nonfinite_loss_in_a_step_that_does_not_log_stops_at_the_next_read() -
 
 
 def test_the_next_batch_is_built_while_the_current_step_runs() -> None:
+    """Step 2 waits (in its body) for the build of step 3 to start, and that build waits for step 2 to run: only
+    a build beside the running step gets both; built inside step 3, neither wait is answered."""
     core = tiny_core()
-    order, running = [], threading.Event()
+    order, running, started = [], threading.Event(), threading.Event()
     batch, backward = core.batch, core.backward
 
     def slow_batch(step, redraw=None):
         if step == 3:
             order.append("build 3 starts")
-            order.append("step 2 was running" if running.wait(60) else "step 2 never ran during the build")
+            started.set()
+            order.append("build 3 saw step 2 running" if running.wait(60) else "build 3 alone")
         rows = batch(step, redraw)
         order.append(f"build {step} ends")
         return rows
@@ -173,15 +178,18 @@ def test_the_next_batch_is_built_while_the_current_step_runs() -> None:
         order.append(f"step {rows.step} runs")
         if rows.step == 2:
             running.set()
-        return backward(rows)
+            order.append("step 2 saw build 3 start" if started.wait(60) else "step 2 alone")
+        out = backward(rows)
+        order.append(f"step {rows.step} ends")
+        return out
 
     core.batch, core.backward = slow_batch, step_body
     for step in (1, 2, 3):
         core.step(step)
     core.close()
-    assert order.index("build 3 starts") < order.index("step 2 runs") < order.index("build 3 ends") \
-        < order.index("step 3 runs")
-    assert "step 2 was running" in order
+    assert "step 2 saw build 3 start" in order and "build 3 saw step 2 running" in order
+    assert order.index("build 3 starts") < order.index("step 2 ends")
+    assert order.index("build 3 ends") < order.index("step 3 runs")
 
 
 def test_the_producer_uses_no_global_random_state() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -63,14 +64,16 @@ class DataOrder:
             raise UserError("no training blocks: the corpus is shorter than one data.block_size block")
         self.n, self.seed = n_blocks, seed
         self._cache: dict[int, torch.Tensor] = {}
+        self._lock = threading.Lock()  # the batch producer's thread and the probe may read it at once
 
     def epoch(self, e: int) -> torch.Tensor:
-        if e not in self._cache:
-            if len(self._cache) > 2:
-                self._cache.pop(min(self._cache))
-            gen = torch.Generator().manual_seed(mix_seed(self.seed, e, -1, -1))
-            self._cache[e] = torch.randperm(self.n, generator=gen)
-        return self._cache[e]
+        with self._lock:
+            if e not in self._cache:
+                if len(self._cache) > 2:
+                    self._cache.pop(min(self._cache))
+                gen = torch.Generator().manual_seed(mix_seed(self.seed, e, -1, -1))
+                self._cache[e] = torch.randperm(self.n, generator=gen)
+            return self._cache[e]
 
     def take(self, start: int, count: int) -> torch.Tensor:
         return self.locate(start, count)[0]

@@ -9,6 +9,8 @@ Step `s` (1-based: the s-th optimizer update) is a pure function of (seed, s, ra
   * loss: token mean over every masked token of the global batch. Micro-batches and ranks return sums,
     scaled by world_size / (masked tokens of the whole global batch) before backward, so DDP's gradient
     average and accumulation give exactly that mean.
+  * shapes and timing: compiled, every step has one shape (femlm/train/batches.py); the next step's batch is
+    built on a background thread; a step reads device values only where `read_at(step)` says (docs/training.md).
 """
 
 from __future__ import annotations

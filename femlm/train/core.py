@@ -99,7 +99,8 @@ class StepStats:
     def __init__(self, step: int, loss: torch.Tensor | float, rows: int, masked_tokens: int | torch.Tensor,
                  grad_norm: torch.Tensor | float, lr: float) -> None:
         self.step, self.rows, self.lr = step, rows, lr
-        self._loss, self._tokens, self._grad_norm = loss, masked_tokens, grad_norm
+        self.count = masked_tokens  # the host count in one process; under DDP the all-reduced device tensor
+        self._loss, self._grad_norm = loss, grad_norm
 
     @property
     def loss(self) -> float:
@@ -110,8 +111,8 @@ class StepStats:
         return float(self._grad_norm)
 
     @property
-    def masked_tokens(self) -> int:  # a host count in one process; under DDP the all-reduced device count
-        return int(self._tokens)
+    def masked_tokens(self) -> int:  # reads `count` under DDP
+        return int(self.count)
 
 
 def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:

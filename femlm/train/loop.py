@@ -58,6 +58,7 @@ class Progress:
 
     def seen(self) -> dict[str, float]:
         """The cumulative counts, as metrics.jsonl records them (every train and eval record)."""
+        self.settle()
         return {"sequences_seen": self.sequences, "source_tokens_seen": self.source_tokens, "rows_seen": self.rows,
                 "masked_targets_seen": self.masked_targets, "train_flops": self.train_flops}
 
@@ -66,8 +67,25 @@ class Progress:
         self.sequences += core.step_sequences
         self.source_tokens += core.step_sequences * core.block_size
         self.rows += stats.rows
-        self.masked_targets += stats.masked_tokens
-        self.train_flops += core.flops.per_step(stats.rows, core.block_size, stats.masked_tokens)
+        # Under DDP the step's global label count is still on the device: added when next read (settle).
+        self.__dict__.setdefault("_unread", []).append((stats.rows, stats.count, core))
+        if not isinstance(stats.count, torch.Tensor):
+            self.settle()
+
+    def settle(self) -> None:
+        """Add the label counts and FLOPs of the steps added since the last call (one read for all of them)."""
+        unread = self.__dict__.pop("_unread", [])
+        on_device = [count for _, count, _ in unread if isinstance(count, torch.Tensor)]
+        values = iter(torch.stack(on_device).tolist() if on_device else [])
+        for rows, count, core in unread:
+            tokens = int(next(values)) if isinstance(count, torch.Tensor) else count
+            self.masked_targets += tokens
+            self.train_flops += core.flops.per_step(rows, core.block_size, tokens)
+
+    def state(self) -> dict[str, Any]:
+        """The fields, settled: what a saved state and summary.json hold."""
+        self.settle()
+        return asdict(self)
 
 
 def run_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
@@ -244,7 +262,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
         info = _checkpoint_info(cfg, core, progress.step, run_dir, origin)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
-        state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
+        state = {"core": core.state_dict(), "rng": rngs, "progress": progress.state(),
                  "world_size": dist.world_size, "eval_pending": eval_pending}
         return progress.step, ckpt.save_state(run_dir / "checkpoints", progress.step, state, info,
                                               cfg.runtime.keep_last)
@@ -267,7 +285,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "final_eval_accuracy": evals[-1].get("eval_accuracy") if evals else None,
                "row_tokens_per_s": round(progress.rows * core.block_size / progress.train_s, 1)
                if progress.train_s > 0 else None,
-               "seen": {k: v for k, v in asdict(progress).items() if k not in ("step", "train_s")},
+               "seen": {k: v for k, v in progress.state().items() if k not in ("step", "train_s")},
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
                # the attention kernel asked for (runtime.sdpa_backend: chosen on CUDA only), and compile

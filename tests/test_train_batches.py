@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from femlm.masking import MaskingConfig
-from femlm.train.batches import label_bound, split_positions
+from femlm.train.batches import label_bound, prepare, split_positions
 from femlm.train.core import NonFiniteLoss
 from femlm.train.evaluation import EvalSet
 from femlm.train.positions import LabelPositions
@@ -88,10 +88,24 @@ def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # float sums in another order
 
 
+def test_a_ragged_last_micro_batch_is_padded_to_the_same_shape_and_adds_nothing() -> None:
+    core = tiny_core(masking=BERNOULLI)
+    rows = core.batch(1)
+    shape = label_bound(core.masker.cfg, 5, 32)
+    passes = prepare(rows["labels"], rows["input_ids"], 5, shape, torch.device("cpu")).passes
+    assert [(ids.shape, at.rows.numel(), at.width) for ids, at in passes] == [((5, 32), shape.size, shape.width)] * 2
+    assert not passes[1][0][3:].any() and passes[1][1].rows.max() < 3  # padding rows: no label points at them
+    with torch.no_grad():
+        whole, count, _ = core.objective(rows["input_ids"], None, rows["labels"])
+        parts = [core.objective(ids, None, at) for ids, at in passes]
+    assert sum(int(c) for _, c, _ in parts) == int(count)
+    torch.testing.assert_close(sum(s for s, _, _ in parts), whole, rtol=1e-6, atol=1e-5)
+
+
 def test_a_compiled_run_of_200_steps_has_one_training_and_one_evaluation_graph(
         fresh_dynamo, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
-    core = tiny_core(masking=BERNOULLI, compile=True, micro_batch_size=5)  # micro-batches 5 and a ragged 3
+    core = tiny_core(masking=BERNOULLI, compile=True)  # one micro-batch of 8 rows (ragged ones: the next test)
     batch = core.batch
     core.batch = lambda step, redraw=None: everything_masked(batch(step)) if step == 100 else batch(step, redraw)
     core.read_at = lambda step: step % 50 == 0

@@ -8,8 +8,9 @@ micro-batch carries (`size`) and how many query slots a row needs (`width`, plus
   * Bernoulli sub-word counts are Binomial(L, p) per row and Binomial(rows * L, p) per micro-batch: the bound is
     the binomial quantile a batch exceeds with probability TAIL (per row: TAIL / rows);
   * word-level laws (whole word, span; exact or Bernoulli) pick whole words, so their token counts spread more
-    than a binomial in tokens: the same quantile with the variance widened by WORD_SPREAD (an assumption about
-    word lengths, not derived from the law; it costs speed only, never a different loss: see below).
+    than a binomial in tokens: a normal quantile at the same tail around the mean (tau per row), with the
+    binomial's variance widened by WORD_SPREAD (an assumption about word lengths, not derived from the law; a
+    wrong guess costs speed only, never a different loss: see below).
   Ratio schedules use the schedule's peak ratio.
 
 A batch beyond the bound keeps the same graph: its labelled positions are split into several *passes* of the same

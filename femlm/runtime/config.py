@@ -10,6 +10,7 @@ from typing import Optional
 from femlm.errors import UserError, require_choice, require_device, require_positive
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 
 @dataclass
@@ -20,8 +21,15 @@ class RuntimeConfig:
     # measurement finds faster (femlm.runtime.precision). fp16 (GPU or CPU) trains with a loss scaler. Weights,
     # optimizer state and losses stay fp32.
     precision: str = "auto"
-    # torch.compile the training and evaluation steps (static shapes: femlm/train/positions.py pads the labels)
+    # torch.compile the training and evaluation steps: one graph each for the whole run (fixed shapes:
+    # femlm/train/batches.py bounds the labelled positions from the masking law and pads to that bound)
     compile: bool = False
+    # CUDA only: the scaled-dot-product-attention kernel of the encoder and the sparse last layer (torch's
+    # sdpa_kernel): auto (torch picks per call) | flash | efficient | cudnn | math. Recorded in summary.json.
+    sdpa_backend: str = "auto"
+    # Build the next step's batch (masks, positions, host-to-device copy) on a background thread while the
+    # current step runs (femlm/train/batches.py); false: build it inside the step, as before.
+    prefetch: bool = True
     # Rows per forward pass. Pre-training: gradient accumulation makes up trainer.batch_size (None: the whole
     # per-process batch at once). Analysis: rows per per-example-gradient pass (None: 16).
     micro_batch_size: Optional[int] = None
@@ -49,6 +57,7 @@ class RuntimeConfig:
     def validate(self) -> None:
         require_device("runtime", self.device)
         require_choice("runtime", "precision", self.precision, PRECISIONS)
+        require_choice("runtime", "sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", "data_workers",
                          allow_none=True)
         require_positive("runtime", self, "log_every", "eval_every", "save_every", "keep_last")

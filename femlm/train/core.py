@@ -9,14 +9,16 @@ Step `s` (1-based: the s-th optimizer update) is a pure function of (seed, s, ra
   * loss: token mean over every masked token of the global batch. Micro-batches and ranks return sums,
     scaled by world_size / (masked tokens of the whole global batch) before backward, so DDP's gradient
     average and accumulation give exactly that mean.
+  * shapes and timing: compiled, every step has one shape (femlm/train/batches.py); the next step's batch is
+    built on a background thread; a step reads device values only where `read_at(step)` says (docs/training.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,15 +31,16 @@ from femlm.masking.passes import mask_visits, visit_selection
 from femlm.masking.sampling import mix_seed
 from femlm.models.optim import param_groups
 from femlm.runtime.config import RuntimeConfig
-from femlm.runtime.device import pick_precision
+from femlm.runtime.device import pick_precision, sdpa_kernel
 from femlm.runtime.host_memory import keep_freed_memory
+from femlm.train.batches import BatchProducer, Prepared, Shape, label_bound, prepare
 from femlm.train.compute import step_layout
 from femlm.train.config import TrainerConfig
 from femlm.train.distributed import DistInfo, all_reduce_sum
 from femlm.train.evaluation import EvalSet
 from femlm.train.flops import flop_counts
 from femlm.train.objective import MaskedLMObjective
-from femlm.train.positions import GrowingPadding, LabelPositions
+from femlm.train.positions import LabelPositions
 
 _REDRAW_STREAM = 1_000_000  # micro_step of redrawn masks (the variance probe): training uses micro_step 0
 _REDRAW_CYCLES = 1 << 40  # fully_explored_passes: redraws use cycles from here on, far past any real run
@@ -63,14 +66,16 @@ class DataOrder:
             raise UserError("no training blocks: the corpus is shorter than one data.block_size block")
         self.n, self.seed = n_blocks, seed
         self._cache: dict[int, torch.Tensor] = {}
+        self._lock = threading.Lock()  # the batch producer's thread and the probe may read it at once
 
     def epoch(self, e: int) -> torch.Tensor:
-        if e not in self._cache:
-            if len(self._cache) > 2:
-                self._cache.pop(min(self._cache))
-            gen = torch.Generator().manual_seed(mix_seed(self.seed, e, -1, -1))
-            self._cache[e] = torch.randperm(self.n, generator=gen)
-        return self._cache[e]
+        with self._lock:
+            if e not in self._cache:
+                if len(self._cache) > 2:
+                    self._cache.pop(min(self._cache))
+                gen = torch.Generator().manual_seed(mix_seed(self.seed, e, -1, -1))
+                self._cache[e] = torch.randperm(self.n, generator=gen)
+            return self._cache[e]
 
     def take(self, start: int, count: int) -> torch.Tensor:
         return self.locate(start, count)[0]
@@ -87,14 +92,27 @@ class DataOrder:
         return out, epochs
 
 
-@dataclass
 class StepStats:
-    step: int
-    loss: float
-    rows: int  # model rows (masked copies) in the global batch
-    masked_tokens: int  # labelled positions in the global batch
-    grad_norm: float
-    lr: float
+    """What optimizer step `step` did. `loss` and `grad_norm` stay on the device until read (a read waits for
+    the step to finish: the loop reads them only at log steps); `masked_tokens` is the global batch's count."""
+
+    def __init__(self, step: int, loss: torch.Tensor | float, rows: int, masked_tokens: int | torch.Tensor,
+                 grad_norm: torch.Tensor | float, lr: float) -> None:
+        self.step, self.rows, self.lr = step, rows, lr
+        self.count = masked_tokens  # the host count in one process; under DDP the all-reduced device tensor
+        self._loss, self._grad_norm = loss, grad_norm
+
+    @property
+    def loss(self) -> float:
+        return float(self._loss)
+
+    @property
+    def grad_norm(self) -> float:
+        return float(self._grad_norm)
+
+    @property
+    def masked_tokens(self) -> int:  # reads `count` under DDP
+        return int(self.count)
 
 
 def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
@@ -118,6 +136,13 @@ def freeze_except(model: nn.Module, patterns: list[str]) -> list[str]:
     for name, param in model.named_parameters():
         param.requires_grad_(name in keep)
     return keep
+
+
+def eval_shape(labels: torch.Tensor, rows: int) -> Shape:
+    """The exact shape of a fixed held-out set in batches of `rows`: its largest batch and row counts."""
+    per_row = (labels != -100).sum(1)
+    size = max(int(per_row[start:start + rows].sum()) for start in range(0, labels.shape[0], rows))
+    return Shape(rows, max(size, 1), (int(per_row.max()) if per_row.numel() else 0) + 1)
 
 
 class PretrainCore:
@@ -158,12 +183,18 @@ class PretrainCore:
         if self.dist.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = nn.parallel.DistributedDataParallel(self.objective, device_ids=ids)
-        # The step and the evaluation compile with static shapes; padded label positions keep them few.
-        self.evaluator: nn.Module = self.objective
-        self.find_positions = GrowingPadding() if runtime.compile else LabelPositions.from_labels
+        # Compiled: one training graph and one evaluation graph for the run (femlm/train/batches.py fixes every
+        # shape); the evaluation is its own function, so it never re-enters the training graph's frame.
+        self.evaluator: Callable[..., Any] = self.objective.score
+        self.shape: Shape | None = None
         if runtime.compile:
+            self.shape = label_bound(masker.cfg, self.micro_rows, int(blocks.shape[1]), k)
             self.module = torch.compile(self.module, dynamic=False)
-            self.evaluator = torch.compile(self.objective, dynamic=False)
+            self.evaluator = torch.compile(self.objective.score, dynamic=False)
+        self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.producer = BatchProducer(self._prepare_step, runtime.prefetch)
+        self.read_at: Callable[[int], bool] = lambda step: True  # which steps read device values (run_pretrain sets it)
+        self._bad = torch.zeros(3, dtype=torch.float64, device=self.device)  # first non-finite (step, what, value)
         self.amp_dtype = pick_precision(runtime.precision, self.device)
         # fp16: loss scaling with skipped steps and scale backoff on overflow (torch's GradScaler, CPU or CUDA).
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
@@ -208,29 +239,38 @@ class PretrainCore:
         return self.masker(sequences, None, make_generator(self.seed, step, self.dist.rank, micro), ratio=ratio)
 
     def _to_device(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
+        """Eager inputs of rows [start, stop) (the variance probe): exact positions, the attention mask if any."""
         attention = rows["attention_mask"][start:stop]
-        # Full blocks have no padding: no mask lets SDPA take its fastest (mask-free) kernel.
         attention = None if bool(attention.all()) else attention.to(self.device, non_blocking=True)
-        # The labelled positions are found here, eagerly, so the (compiled) objective has no data-dependent shape.
-        at = self.find_positions(rows["labels"][start:stop])
+        at = LabelPositions.from_labels(rows["labels"][start:stop])
         return rows["input_ids"][start:stop].to(self.device, non_blocking=True), attention, at.to(self.device)
 
+    def _prepare_step(self, step: int) -> Prepared:
+        """Step `step`'s batch, split into passes of the run's shape and on the device (the producer thread)."""
+        return self._prepare(self.batch(step), step)
+
+    def _prepare(self, rows: dict[str, torch.Tensor], step: int | None = None) -> Prepared:
+        # Training rows are whole token blocks (the masker gets no attention mask): no attention mask for the
+        # whole run, which lets SDPA take its mask-free kernels.
+        return prepare(rows["labels"], rows["input_ids"], self.micro_rows, self.shape, self.device, step,
+                       self.copy_stream)
+
     # ------------------------------------------------------------------------------------------ training
-    def backward(self, rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients of the global token-mean loss of `rows` (accumulated in .grad); (loss_sum, count)."""
-        labels = rows["labels"]
-        count = torch.tensor([(labels != -100).sum().item()], dtype=torch.float64, device=self.device)
+    def backward(self, rows: dict[str, torch.Tensor] | Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of the global token-mean loss of `rows` (accumulated in .grad); (loss_sum, count), both
+        on the device and not read here."""
+        prepared = rows if isinstance(rows, Prepared) else self._prepare(rows)
+        prepared.wait(self.device)
+        count = torch.full((1,), float(prepared.count), dtype=torch.float64, device=self.device)
         all_reduce_sum(count, self.dist)
-        scale = self.dist.world_size / max(count.item(), 1.0)
+        scale = (self.dist.world_size / count.clamp(min=1.0))[0].float()
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        n = labels.shape[0]
-        chunks = list(range(0, n, self.micro_rows))
-        for i, start in enumerate(chunks):
-            last = i == len(chunks) - 1
+        for i, (input_ids, at) in enumerate(prepared.passes):
+            last = i == len(prepared.passes) - 1
             sync = contextlib.nullcontext() if last or not self.dist.distributed else self._no_sync()
-            with sync:
+            with sync, sdpa_kernel(self.runtime.sdpa_backend, self.device):
                 with self.autocast():
-                    loss_sum, _, _ = self.module(*self._to_device(rows, start, start + self.micro_rows))
+                    loss_sum, _, _ = self.module(input_ids, None, at)
                 self.scaler.scale(loss_sum * scale).backward()
             total += loss_sum.detach().double()
         return total, count
@@ -239,28 +279,51 @@ class PretrainCore:
         module = getattr(self.module, "_orig_mod", self.module)  # through torch.compile's wrapper
         return module.no_sync()
 
+    def check_finite(self) -> None:
+        """Raise NonFiniteLoss for the first step whose loss or gradient norm was not finite (one read)."""
+        step, what, value = self._bad.tolist()
+        if step:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(int(step), value, "loss" if what == 0 else "gradient norm")
+
+    def _note_nonfinite(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
+        """Record on the device, without reading it, the first step whose loss or gradient norm is not finite."""
+        loss_bad = ~torch.isfinite(loss)
+        grad_bad = ~torch.isfinite(grad_norm) if not self.scaler.is_enabled() else torch.zeros_like(loss_bad)
+        first = torch.stack([torch.full((), float(step), dtype=torch.float64, device=self.device),
+                             torch.where(loss_bad, 0.0, 1.0).double(), torch.where(loss_bad, loss, grad_norm.double())])
+        self._bad = torch.where((self._bad[0] == 0) & (loss_bad | grad_bad), first, self._bad)
+
     def step(self, step: int) -> StepStats:
-        """Optimizer update number `step` (1-based)."""
+        """Optimizer update number `step` (1-based). A step where `read_at(step)` is false (the loop's steps that
+        do not log, evaluate or save) reads no device value: a non-finite loss or gradient norm is recorded on
+        the device and raised by the next reading step or `check_finite` (docs/training.md)."""
+        read = self.read_at(step)
         self.objective.train()
-        rows = self.batch(step)
-        loss_sum, count = self.backward(rows)
+        prepared = self.producer.take(step, step + 1 if step < self.max_steps else None)
+        loss_sum, count = self.backward(prepared)
         all_reduce_sum(loss_sum, self.dist)
-        loss = loss_sum.item() / max(count.item(), 1.0)
-        if not math.isfinite(loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLoss(step, loss)
+        loss = (loss_sum / count.clamp(min=1.0))[0]
+        if read:
+            self.check_finite()
+            if not math.isfinite(value := loss.item()):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLoss(step, value)
         self.scaler.unscale_(self.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip))
-        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.tcfg.grad_clip)
+        if read and not math.isfinite(value := float(grad_norm)) and not self.scaler.is_enabled():
             self.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLoss(step, grad_norm, "gradient norm")
+            raise NonFiniteLoss(step, value, "gradient norm")
+        if not read:
+            self._note_nonfinite(step, loss, grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        tokens = count[0] if self.dist.distributed else prepared.count
         return StepStats(step=step, loss=loss, rows=self.rank_model_rows * self.dist.world_size,
-                         masked_tokens=int(count.item()), grad_norm=grad_norm, lr=lr)
+                         masked_tokens=tokens, grad_norm=grad_norm, lr=lr)
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -272,18 +335,17 @@ class PretrainCore:
         shard = eval_set.shard(self.dist.rank, self.dist.world_size)
         batch_rows = batch_rows or self.micro_rows
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, count, correct, ranks stopped
+        shape = eval_shape(shard.labels, batch_rows) if self.shape is not None else None
         self.objective.eval()
         try:
-            rows = {"input_ids": shard.input_ids, "labels": shard.labels,
-                    "attention_mask": torch.ones_like(shard.input_ids)}
-            for start in range(0, len(shard), batch_rows):
-                if should_stop is not None and should_stop():
-                    sums[3] = 1.0
-                    break
-                with self.autocast():
-                    loss_sum, count, correct = self.evaluator(*self._to_device(rows, start, start + batch_rows),
-                                                              with_accuracy=True)
-                sums[:3] += torch.stack([loss_sum.double(), count.double(), correct.double()])
+            with sdpa_kernel(self.runtime.sdpa_backend, self.device):
+                for input_ids, at in prepare(shard.labels, shard.input_ids, batch_rows, shape, self.device).passes:
+                    if should_stop is not None and should_stop():
+                        sums[3] = 1.0
+                        break
+                    with self.autocast():
+                        loss_sum, count, correct = self.evaluator(input_ids, None, at)
+                    sums[:3] += torch.stack([loss_sum.double(), count.double(), correct.double()])
         finally:
             self.objective.train()
         all_reduce_sum(sums, self.dist)
@@ -291,6 +353,10 @@ class PretrainCore:
         if stopped:
             raise EvaluationStopped
         return loss_sum / max(count, 1.0), correct / max(count, 1.0)
+
+    def close(self) -> None:
+        """Stop the batch producer's thread (after the build in flight, if any)."""
+        self.producer.close()
 
     # ------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -9,10 +9,12 @@ killed-and-resumed run has no gap and no duplicate.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ class Progress:
 
     def seen(self) -> dict[str, float]:
         """The cumulative counts, as metrics.jsonl records them (every train and eval record)."""
+        self.settle()
         return {"sequences_seen": self.sequences, "source_tokens_seen": self.source_tokens, "rows_seen": self.rows,
                 "masked_targets_seen": self.masked_targets, "train_flops": self.train_flops}
 
@@ -64,8 +67,25 @@ class Progress:
         self.sequences += core.step_sequences
         self.source_tokens += core.step_sequences * core.block_size
         self.rows += stats.rows
-        self.masked_targets += stats.masked_tokens
-        self.train_flops += core.flops.per_step(stats.rows, core.block_size, stats.masked_tokens)
+        # Under DDP the step's global label count is still on the device: added when next read (settle).
+        self.__dict__.setdefault("_unread", []).append((stats.rows, stats.count, core))
+        if not isinstance(stats.count, torch.Tensor):
+            self.settle()
+
+    def settle(self) -> None:
+        """Add the label counts and FLOPs of the steps added since the last call (one read for all of them)."""
+        unread = self.__dict__.pop("_unread", [])
+        on_device = [count for _, count, _ in unread if isinstance(count, torch.Tensor)]
+        values = iter(torch.stack(on_device).tolist() if on_device else [])
+        for rows, count, core in unread:
+            tokens = int(next(values)) if isinstance(count, torch.Tensor) else count
+            self.masked_targets += tokens
+            self.train_flops += core.flops.per_step(rows, core.block_size, tokens)
+
+    def state(self) -> dict[str, Any]:
+        """The fields, settled: what a saved state and summary.json hold."""
+        self.settle()
+        return asdict(self)
 
 
 def run_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
@@ -105,23 +125,26 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     save = _saver(cfg, run_dir, core, tokenizer, {"init_from": init_from, **model_info}, dist)
     name = f"{cfg.command}/{cfg.masking.name}/{run_dir.name}"
     with Recorder(run, cfg.logger, run_dir, name, config_dict(cfg), max_steps, progress.step, dist.is_main) as rec, \
-            StopRequest(dist) as stop:
+            StopRequest(dist) as stop, contextlib.closing(core):  # closing: the batch producer's thread
         if progress.step == 0 or eval_pending:  # eval_pending: the state was saved by a stop during its evaluation
             try:
                 rec.log(**_evaluate(core, eval_set, progress.step, rec, stop), **progress.seen())
             except EvaluationStopped:
-                stop.agreed()
+                stop.agreed(now=True)
                 raise stop.stopped(f"stopped during the evaluation at step {progress.step}; nothing new to save")\
                     from None
         window = [0, 0.0]  # tokens and seconds since the last log record
+        # Device values (loss, gradient norm, the non-finite check) are read only at the steps that use them.
+        core.read_at = lambda s: s == max_steps or any(s % every(n) == 0 for n in
+                                                       (rt.log_every, rt.eval_every, rt.save_every))
         for step in range(progress.step + 1, max_steps + 1):
             t0 = time.perf_counter()
+            last = step == max_steps
             stats = _step(core, step, last_good)
             seconds = time.perf_counter() - t0
             progress.add(stats, core, seconds)
             window = [window[0] + stats.rows * core.block_size, window[1] + seconds]
             rec.bar.update(1)
-            last = step == max_steps
             if step % every(rt.log_every) == 0 or last:
                 speed = round(window[0] / max(window[1], 1e-9), 1)
                 rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, rows=stats.rows,
@@ -138,7 +161,9 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                     rec.log(**_evaluate(core, eval_set, step, rec, stop), **progress.seen())
                 except EvaluationStopped:  # every rank: the state is saved with its evaluation still to do
                     eval_cut = True
-            interrupted = (not last or eval_cut) and stop.agreed()
+            interrupted = (not last or eval_cut) and stop.agreed(now=eval_cut)
+            if interrupted and not core.read_at(step):  # nothing after a non-finite step is saved
+                _checked(core.check_finite, last_good)
             if step % every(rt.save_every) == 0 or last or interrupted:
                 last_good = save(progress, milestone=step % every(rt.save_every) == 0, eval_pending=eval_cut) \
                     or last_good
@@ -196,8 +221,13 @@ def _restore(core: PretrainCore, run_dir: Path, resuming: bool, run: Any, dist: 
 
 
 def _step(core: PretrainCore, step: int, last_good: tuple[int, Path] | None) -> StepStats:
+    return _checked(lambda: core.step(step), last_good)
+
+
+def _checked(call: Callable[[], Any], last_good: tuple[int, Path] | None) -> Any:
+    """`call()`, with a non-finite loss or gradient norm turned into the one-line TrainingDiverged."""
     try:
-        return core.step(step)
+        return call()
     except NonFiniteLoss as err:
         where = str(last_good[1]) if last_good else "none (no state saved yet)"
         raise TrainingDiverged(f"{err.what} became {err.value} at step {err.step}; last good checkpoint: {where}; "
@@ -232,7 +262,7 @@ def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: 
         info = _checkpoint_info(cfg, core, progress.step, run_dir, origin)
         if milestone:
             ckpt.save_model(run_dir / "checkpoints" / f"step_{progress.step}", core.objective.model, tokenizer, info)
-        state = {"core": core.state_dict(), "rng": rngs, "progress": asdict(progress),
+        state = {"core": core.state_dict(), "rng": rngs, "progress": progress.state(),
                  "world_size": dist.world_size, "eval_pending": eval_pending}
         return progress.step, ckpt.save_state(run_dir / "checkpoints", progress.step, state, info,
                                               cfg.runtime.keep_last)
@@ -256,9 +286,11 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "final_eval_accuracy": evals[-1].get("eval_accuracy") if evals else None,
                "row_tokens_per_s": round(progress.rows * core.block_size / progress.train_s, 1)
                if progress.train_s > 0 else None,
-               "seen": {k: v for k, v in asdict(progress).items() if k not in ("step", "train_s")},
+               "seen": {k: v for k, v in progress.state().items() if k not in ("step", "train_s")},
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
+               # the attention kernel asked for (runtime.sdpa_backend: chosen on CUDA only), and compile
+               "sdpa_backend": rt_sdpa(core), "compiled": bool(core.runtime.compile),
                "corpus": corpus.as_dict() if corpus is not None else None,
                # sha256 of the vocabulary (tokens in id order); the corpus's token files: corpus["sha256"]
                "vocabulary_sha256": vocabulary_fingerprint(tokenizer),
@@ -278,3 +310,8 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
         except Exception as err:  # noqa: BLE001 - a plotting problem must not fail a finished run
             warnings.warn(f"loss_curve.png not written ({type(err).__name__}: {err})", stacklevel=2)
     return summary
+
+
+def rt_sdpa(core: PretrainCore) -> str:
+    """summary.json's attention kernel: runtime.sdpa_backend on CUDA; elsewhere torch's own choice."""
+    return core.runtime.sdpa_backend if core.device.type == "cuda" else f"auto (on {core.device.type})"

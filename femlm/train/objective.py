@@ -64,6 +64,12 @@ class MaskedLMObjective(nn.Module):
         at = labels if isinstance(labels, LabelPositions) else LabelPositions.from_labels(labels)
         logits = self.logits_at_labels(input_ids, attention_mask, at)
         loss_sum = F.cross_entropy(logits.float(), at.targets, reduction="sum", ignore_index=IGNORE_INDEX)
-        real = at.targets != IGNORE_INDEX  # bucketed positions carry padding entries
+        real = at.targets != IGNORE_INDEX  # padded positions (femlm/train/batches.py) carry padding entries
         correct = ((logits.argmax(-1) == at.targets) & real).sum() if with_accuracy else None
         return loss_sum, real.sum(), correct
+
+    def score(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+              at: LabelPositions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The evaluation step: `forward` with the accuracy, as its own function, so a compiled evaluation is its
+        own graph (it never re-enters the training step's compiled frame under no_grad)."""
+        return self.forward(input_ids, attention_mask, at, with_accuracy=True)

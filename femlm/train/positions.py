@@ -1,11 +1,11 @@
 """Where the loss looks: the labelled positions of a batch, found before the model runs.
 
 Finding them (`nonzero`, the most labels in one row) gives tensors whose shapes depend on the labels' values.
-Inside `torch.compile` that breaks the graph, so the training and evaluation steps find them eagerly, here, and
-hand the compiled objective index tensors of known shape. Under runtime.compile=true (`GrowingPadding`) the
-number of positions and the per-row width are padded, as cramming pads its batches, to a few sizes per octave
-that only grow, so the step compiles a bounded number of times. Padding entries point at position (0, 0),
-land in a spare query slot and have target -100: they add nothing to the loss, its count or its gradients.
+Inside `torch.compile` that breaks the graph, so the training and evaluation steps find them eagerly, before
+the step, and hand the compiled objective index tensors of known shape. Under runtime.compile=true their number
+and the per-row width are padded to one shape fixed for the whole run (femlm/train/batches.py). Padding entries
+point at position (0, 0), land in a spare query slot and have target -100: they add nothing to the loss, its
+count or its gradients.
 """
 
 from __future__ import annotations
@@ -16,16 +16,6 @@ import torch
 
 from femlm.masking.maskers import IGNORE_INDEX
 
-PER_OCTAVE = 4  # bucket sizes per doubling: at most 1/4 padding, usually far less
-
-
-def bucket(n: int) -> int:
-    """`n` rounded up to one of PER_OCTAVE sizes per power of two (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20...)."""
-    if n <= 2 * PER_OCTAVE:
-        return max(n, 1)
-    step = 1 << (n.bit_length() - 1 - (PER_OCTAVE.bit_length() - 1))  # 2**floor(log2 n) / PER_OCTAVE
-    return -(-n // step) * step
-
 
 class LabelPositions(NamedTuple):
     """The T labelled positions of a [B, L] batch in row-major order (a NamedTuple: torch.compile and DDP take
@@ -35,7 +25,7 @@ class LabelPositions(NamedTuple):
     cols: torch.Tensor  # [T] its column
     slots: torch.Tensor  # [T] its index among its row's positions (the packed query slot, sparse_layer.py)
     targets: torch.Tensor  # [T] the token to predict; IGNORE_INDEX for padding entries
-    width: int  # query slots per row: the most positions in one row (bucketed: plus a spare for padding)
+    width: int  # query slots per row: the most positions in one row (padded: plus a spare for padding)
 
     @classmethod
     def from_labels(cls, labels: torch.Tensor) -> LabelPositions:
@@ -61,20 +51,3 @@ class LabelPositions(NamedTuple):
     def flat(self, length: int) -> torch.Tensor:
         """Indices into the [B*L] flattened positions."""
         return self.rows * length + self.cols
-
-
-class GrowingPadding:
-    """Finds a batch's positions and pads them to the largest bucket seen so far (runtime.compile=true).
-
-    Sizes only grow, so a compiled step meets a new shape only when a batch outgrows every earlier one: once
-    for exact masking, a handful of times over a whole run for Bernoulli, whole-word or span counts.
-    """
-
-    def __init__(self) -> None:
-        self.size, self.width = 1, 2
-
-    def __call__(self, labels: torch.Tensor) -> LabelPositions:
-        at = LabelPositions.from_labels(labels)
-        self.size = max(self.size, bucket(at.rows.numel()))
-        self.width = max(self.width, bucket(at.width + 1))  # + the spare slot
-        return at.padded(self.size, self.width)

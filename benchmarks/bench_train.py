@@ -271,6 +271,8 @@ def main() -> None:
     parser.add_argument("--allocator", choices=("tuned", "default"), default="tuned",
                         help="both sides: glibc malloc keeping freed memory (femlm's default) or as it comes")
     parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 2 steps: checks it runs (seconds)")
+    parser.add_argument("--no-prefetch", dest="prefetch", action="store_false",
+                        help="femlm side with runtime.prefetch=false (the next batch built inside the step)")
     args = parser.parse_args()
     if args.smoke:
         args.shapes, args.steps_tiny, args.warmup = "smoke", 1, 1
@@ -288,7 +290,7 @@ def main() -> None:
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     matmul = measured_matmul_flops("cpu", dtype, n=256 if args.smoke else 2048, seconds=0.1 if args.smoke else 3.0)
     print(f"threads={args.threads} cpus={os.cpu_count()} load1={load:.2f} torch={torch.__version__} "
-          f"precision={args.precision} compile={args.compile} allocator={args.allocator} "
+          f"precision={args.precision} compile={args.compile} allocator={args.allocator} prefetch={args.prefetch} "
           f"measured {args.precision} matmul {matmul / 1e9:.1f} GFLOP/s")
     names = [n for n in ("base", "tiny30k", "tiny", "smoke") if n in args.shapes.split(",")]
     results = {}
@@ -296,7 +298,7 @@ def main() -> None:
         for name in names:
             steps = args.steps_tiny if name.startswith("tiny") else args.steps_base
             results[name] = bench_shape(SHAPES[name], steps, args.warmup, matmul, Path(tmp), args.precision,
-                                        args.compile, keep_freed)
+                                        args.compile, keep_freed, gpu=GpuOptions(runtime={"prefetch": args.prefetch}))
     last = results[names[-1]]
     print(f"tokens/s femlm={last['femlm']:.0f} hf={last['hf']:.0f} ratio={last['ratio']:.2f} mfu={last['mfu']:.3f}")
 

@@ -75,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-wheels", action="store_true", help="do not download or build the wheels")
     ap.add_argument("--no-data", action="store_true", help="do not prepare runs/study-gpu/data")
+    ap.add_argument("--smoke", action="store_true", help="--no-wheels --no-data: the plan and the commands only")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.no_wheels = args.no_data = True
     from femlm.errors import UserError
     from femlm.experiment.schema import load
     from femlm.study.gpu import prepare

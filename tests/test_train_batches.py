@@ -18,10 +18,10 @@ import torch
 from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from femlm.masking import MaskingConfig
+from femlm.masking import MaskingConfig, build_masker
 from femlm.train.batches import label_bound, prepare, split_positions
 from femlm.train.core import NonFiniteLoss
-from femlm.train.evaluation import EvalSet
+from femlm.train.evaluation import EVAL_MASKING, EvalSet
 from femlm.train.positions import LabelPositions
 from helpers.tiny import synthetic_blocks, tiny_core
 
@@ -54,7 +54,10 @@ def everything_masked(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def eval_set(core) -> EvalSet:
-    out = core.masker(synthetic_blocks(20, 32, 99, seed=7).long(), None, torch.Generator().manual_seed(3))
+    """Held-out rows masked as every run masks them (EVAL_MASKING, whatever the training arm; FE across passes'
+    masker cannot mask with a batch generator)."""
+    masker = build_masker(EVAL_MASKING, mask_token_id=4, vocab_size=99, special_ids=[0, 1, 2, 3, 4])
+    out = masker(synthetic_blocks(20, 32, 99, seed=7).long(), None, torch.Generator().manual_seed(3))
     return EvalSet(out["input_ids"], out["labels"])
 
 

@@ -133,4 +133,6 @@ def test_base_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
 
     second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "start (planned" not in second.stderr and second.stderr.count("done already, skipped") == 5
+    started = first.stderr.count("start (planned")  # every step of the plan (the passes steps included)
+    assert started >= 5 and "start (planned" not in second.stderr
+    assert second.stderr.count("done already, skipped") == started

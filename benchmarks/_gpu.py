@@ -238,6 +238,8 @@ def markdown(record: dict[str, Any]) -> str:
         lines += ["", f"losses {agree['device']} bf16 vs CPU fp32 over {agree['steps']} steps: max relative "
                   f"difference {agree['max_rel_diff']:.2e} (tolerance {agree['tolerance']}): "
                   f"{'agree' if agree['agree'] else 'DISAGREE'}"]
+    if record.get("failures"):
+        lines += ["", "FAILED (raised; the other configurations ran):"] + [f"- {s}" for s in record["failures"]]
     if record["skipped"]:
         lines += ["", "Skipped:"] + [f"- {s}" for s in record["skipped"]]
     return "\n".join(lines) + "\n"

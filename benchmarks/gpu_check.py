@@ -2,7 +2,9 @@
 
 1. tests  `pytest -m cuda tests/test_cuda.py` in a subprocess that sees every GPU (placement, bf16 autocast, fp16
    with a GradScaler, fused AdamW, torch.compile, DDP over NCCL with 2+ GPUs); skips printed with their reasons.
-2. bench  femlm's pre-training step (PretrainCore, as `femlm pretrain-scratch` / `continual-pretrain` run it)
+2. agree  5 steps of a 2-layer BERT on CUDA (bf16 autocast) and on the CPU (fp32) from the same state, seed and
+   batches; the losses must agree within bf16 tolerance (_gpu.BF16_REL_TOL).
+3. bench  femlm's pre-training step (PretrainCore, as `femlm pretrain-scratch` / `continual-pretrain` run it)
    against HF Trainer at its best (bf16, sdpa, `torch_compile`, DataLoader workers, no length grouping) + its MLM
    collator,
    interleaved step by step (benchmarks/bench_train.py's bench_shape), BERT-base, bf16, eager and compiled:
@@ -15,13 +17,12 @@
    counters read before and after every step); femlm's host syncs per step that reads no device value
    (torch.cuda.set_sync_debug_mode; the core's read_at set as the training loop sets it); femlm's peak GPU memory
    beside femlm/train/estimate.py's estimate for that micro-batch.
-3. agree  5 steps of a 2-layer BERT on CUDA (bf16 autocast) and on the CPU (fp32) from the same state, seed and
-   batches; the losses must agree within bf16 tolerance (_gpu.BF16_REL_TOL).
 4. write  results/gpu/<card>-<date>/ (results.json with the commit and the step_version it measured, results.md),
    ready to commit; `femlm ... --dry-run` prices runs with its MFU (femlm/train/estimate.py: measured_mfu).
 The plan (seconds per part, from the first H100 run's figures: PLAN_S) is printed first; a configuration past the
 plan's budget is skipped only if it is an extra one, and says so. The benchmark uses the first visible GPU only.
-Exit status 1 when a test fails or the losses disagree (the results are written first).
+Exit status 1 when a test fails, the losses disagree or a configuration raises (the others still run; the results
+are written first).
 
 `--smoke` runs the same code paths, lines and files on the CPU at tiny shapes (under a minute eager; --smoke
 --compile adds the compiled rows, minutes on 2 cores): MFU against a measured CPU matmul peak, host syncs as reads
@@ -42,6 +43,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -329,8 +331,18 @@ def main() -> int:
               "configs": [asdict(c) for c in (SMOKE_CONFIGS if args.smoke else GPU_CONFIGS)],
               "model": asdict(SHAPES["smoke" if args.smoke else "base"])}
 
-    # 2. femlm vs HF Trainer, interleaved: the paper's shapes, then the extras while the plan fits the budget
+    # 2. the same steps on the device (bf16) and on the CPU (fp32): before the benchmark (10 s), so a run cut by
+    # its window still says whether the step is right
+    agreement = _gpu.loss_agreement(device, steps=5)
+    print(f"losses {device} bf16 vs cpu fp32 over {agreement['steps']} steps: max relative difference "
+          f"{agreement['max_rel_diff']:.2e} (tolerance {agreement['tolerance']}): "
+          f"agree: {'yes' if agreement['agree'] else 'no'}", flush=True)
+    record["agreement"] = agreement
+    write(out, {**record, "complete": False, "wall_s": round(time.perf_counter() - start, 1)})
+
+    # 3. femlm vs HF Trainer, interleaved: the paper's shapes, then the extras while the plan fits the budget
     rows: list[dict] = []
+    failures: list[str] = []  # configurations that raised (not memory): the rest still run
     with tempfile.TemporaryDirectory() as tmp:
         for (cfg, compiled), item in zip(configs, plan, strict=True):
             elapsed = time.perf_counter() - start + (PLAN_S["startup"] if cuda else 0)
@@ -352,18 +364,19 @@ def main() -> int:
                 skipped.append(f"bench {item['config']} {'compiled' if compiled else 'eager'}: out of GPU memory "
                                f"({str(err).splitlines()[0][:160]})")
                 print(f"  FAILED: {skipped[-1]}", flush=True)
-
-    # 3. the same steps on the device (bf16) and on the CPU (fp32)
-    agreement = _gpu.loss_agreement(device, steps=5)
-    print(f"losses {device} bf16 vs cpu fp32 over {agreement['steps']} steps: max relative difference "
-          f"{agreement['max_rel_diff']:.2e} (tolerance {agreement['tolerance']}): "
-          f"agree: {'yes' if agreement['agree'] else 'no'}", flush=True)
+            except Exception as err:  # noqa: BLE001 -- one window per run: a failing configuration is recorded
+                failures.append(f"bench {item['config']} {'compiled' if compiled else 'eager'}: "
+                                f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}")
+                print(f"  FAILED: {failures[-1]}", flush=True)
+                traceback.print_exc()
+                write(out, {**record, "bench": rows, "skipped": skipped, "failures": failures, "complete": False,
+                            "wall_s": round(time.perf_counter() - start, 1)})
 
     # 4. results
-    record.update(bench=rows, agreement=agreement, skipped=skipped, complete=True,
+    record.update(bench=rows, skipped=skipped, failures=failures, complete=True,
                   wall_s=round(time.perf_counter() - start, 1))
     write(out, record)
-    failed = tests["status"] not in ("ok", "skipped") or not agreement["agree"]
+    failed = tests["status"] not in ("ok", "skipped") or not agreement["agree"] or bool(failures)
     print(f"skipped: {len(skipped)} item(s){': ' + '; '.join(skipped) if skipped else ''}")
     print(f"gpu-check {'FAILED' if failed else 'ok'} in {record['wall_s']:.0f} s; wrote {out}")
     return 1 if failed else 0

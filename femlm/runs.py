@@ -33,7 +33,10 @@ RUN_MARKER = "run.json"
 
 
 def git_commit(root: Path = REPO_ROOT) -> str:
-    """The commit of the code that produced a run, with ``-dirty`` when the tree has local changes."""
+    """The commit of the code that produced a run, with ``-dirty`` when the tree has local changes; a copy
+    without .git (a device machine's) reports $FEMLM_GIT_COMMIT, as the command that sent it named it."""
+    if not (Path(root) / ".git").exists() and os.environ.get("FEMLM_GIT_COMMIT"):
+        return os.environ["FEMLM_GIT_COMMIT"]
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()

@@ -214,8 +214,6 @@ class Experiment:
     decomposition: Decomposition | None = None
     passes: Decomposition | None = None  # `femlm analyze passes` per variant (femlm.study.plan), same shape
     stats: Stats | None = None
-    # The comparisons a finding may be claimed for (multiplicity-adjusted over their number); the rest is exploratory.
-    confirmatory: list[str] = field(default_factory=list)
     gpu: dict[str, Any] | None = None  # the in-process GPU study (femlm.study.gpu, femlm.study.gpu_plan)
     smoke: dict[str, Any] | None = None
     extras: dict[str, Any] | None = None

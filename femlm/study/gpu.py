@@ -67,6 +67,9 @@ def data_counts(runs: Path) -> tuple[int | None, int | None]:
     return int(info["train_blocks"]), int(info["validation_blocks"])
 
 
+PLAN_RAN = "plan.json"  # <runs>/plan.json: the plan the training step ran under (the last invocation's)
+
+
 # ---------------------------------------------------------------------------------------------- prepare
 def prepare(plan: dict[str, Any], runs: Path) -> str:
     """Tokenizer and blocks into <runs>/data (once; the GPU machine receives the folder prepared)."""
@@ -127,6 +130,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
     progress, every = Progress(), data["eval_every"]
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
+    last: dict[str, float] = {}
     with (out / "metrics.jsonl").open("w") as fh:
         def record(**rec: Any) -> None:
             fh.write(json.dumps({**rec, **progress.seen(), "time": round(time.time() - t_start, 3)}) + "\n")
@@ -134,6 +138,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
         def evaluate(step: int) -> float:
             loss, accuracy = core.evaluate(eval_set)
             record(step=step, eval_loss=loss, eval_accuracy=accuracy)
+            last["accuracy"] = accuracy
             return loss
 
         first = evaluate(0)
@@ -154,6 +159,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
                "model": cfg.model.name, "seed": seed, "steps": core.max_steps, "max_steps": cfg.trainer.max_steps,
                "equal_compute": cfg.trainer.equal_compute, "rows_per_step": core.layout.rows,
                "sequences_per_step": core.layout.sequences, "first_eval_loss": first, "final_eval_loss": final,
+               "final_eval_accuracy": last.get("accuracy"),
                "seen": {"sequences": progress.sequences, "source_tokens": progress.source_tokens,
                         "rows": progress.rows, "masked_targets": progress.masked_targets,
                         "train_flops": progress.train_flops},
@@ -229,6 +235,8 @@ def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
 
     def train(runner: Any) -> str:
         gp_now = make_plan(plan, REPO, *data_counts(runs))  # the prepared corpus's counts
+        # the plan as it runs (its budget may differ from the file's): the results quote it, not a recomputed one
+        (runs / PLAN_RAN).write_text(json.dumps({"text": gp_now.text(), "seeds": gp_now.seeds}, indent=2) + "\n")
         return train_seeds(plan, runs, gp_now, started, runner.log)
 
     def results(runner: Any) -> str:

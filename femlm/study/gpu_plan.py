@@ -152,7 +152,7 @@ def make_plan(plan: dict[str, Any], root: Path, train_blocks: int | None = None,
 
     # Seeds: the power rule, then the budget.
     pw = g["power"]
-    confirmatory = plan.get("confirmatory") or []
+    confirmatory = (plan.get("stats") or {}).get("confirmatory") or []
     alpha = float(pw["family_alpha"]) / max(1, len(confirmatory))
     wanted, reasons = 3, []
     for arm in pw["arms"]:

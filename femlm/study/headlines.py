@@ -53,7 +53,7 @@ def write_headlines(readme: Path, root: Path) -> bool:
     if BEGIN not in text or END not in text:
         return False
     block = [BEGIN, "", "_Generated from each study's `comparisons.csv` by femlm/study/headlines.py: the "
-             "confirmatory comparisons (declared in the study's experiment file after the data were seen), each "
+             "confirmatory comparisons (declared in the study's experiment file; when, its README says), each "
              "with its interval, raw and Holm-adjusted p, and its reading. A reading that is not decided is "
              "written as its interval, never as 'no effect'._", ""]
     for folder in sorted(p.parent for p in (root / "results").glob("*/comparisons.csv")):

@@ -12,7 +12,8 @@ This script, run on the CPU machine beside the mirror:
 3. checks that the copy the device machine receives (tracked and untracked-not-ignored files, plus the carried
    .whl/ and runs/study-gpu/data) stays under 64 MiB;
 4. prints the device command for the study (`python -m femlm.experiment study_gpu`; its results and runs packed into
-   ONE archive under $OUT, since at most 8 files come back) and for `python benchmarks/gpu_check.py`, each with the
+   ONE archive under $OUT, since at most 8 files come back), for `python benchmarks/gpu_check.py`, and for both in
+   one call (gpu-check's paper shapes, then the study with `--budget-minutes` for what is left), each with the
    paths to carry.
 
 After the run, on the CPU: `tar xzf <files_at>/study-gpu.tar.gz` in the checkout, then
@@ -102,14 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     if size > LIMIT:
         print("too large: remove untracked files the study does not need", file=sys.stderr)
         return 1
-    study = (INSTALL + "python3 -m femlm.experiment study_gpu; rc=$?; tar czf $OUT/study-gpu.tar.gz "
-             "--exclude=runs/study-gpu/data results/study-gpu runs/study-gpu; exit $rc")
+    tar = "tar czf $OUT/study-gpu.tar.gz --exclude=runs/study-gpu/data results/study-gpu runs/study-gpu"
+    study = INSTALL + f"python3 -m femlm.experiment study_gpu; rc=$?; {tar}; exit $rc"
     # The device copy has no .git: name the commit measured here, so results.json records it.
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     commit = head.stdout.strip() or "unknown"
     check = INSTALL + f"python3 benchmarks/gpu_check.py --out $OUT/gpu --commit {commit}"
+    # Both in one 10-minute call, as on 2026-11-27 (a session's device time is 15 minutes, start-up included):
+    # gpu-check's paper shapes under a hard limit, then the study fitted to what is left; every part logs to $OUT.
+    both = ("set -o pipefail; export PYTHONUNBUFFERED=1 FEMLM_GIT_COMMIT=" + commit + "; " + INSTALL
+            + "timeout 360 python3 benchmarks/gpu_check.py --out $OUT/gpu --commit $FEMLM_GIT_COMMIT --budget-s 330 "
+            "2>&1 | tee $OUT/gpu_check.log; timeout 215 python3 -m femlm.experiment study_gpu --budget-minutes 3.2 "
+            f"2>&1 | tee $OUT/study_gpu.log; {tar}")
     print(f"\nthe study (one command, timeout_s=600; carry {carry}):\n  {study}")
     print(f"\ngpu-check (its own window; carry ['.whl']):\n  {check}")
+    print(f"\nboth in one call (timeout_s=598; carry {carry}; ~9.5 min):\n  {both}")
     return 0
 
 

@@ -36,6 +36,9 @@ def parser(prog: str = "python -m femlm.experiment") -> argparse.ArgumentParser:
     ap.add_argument("--readme", type=Path, default=None,
                     help="study: a README with <!-- NAME:begin --> / <!-- NAME:end --> markers to refresh (default: "
                          "the repository's docs/evidence.md for a full study, none for a smoke run)")
+    ap.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
+                    help="the time budget instead of the file's estimate.budget_minutes (a shorter GPU window: "
+                         "study_gpu fits its seeds to it, other experiments skip optional steps past it)")
     ap.add_argument("--list", action="store_true", help="list the experiment files")
     return ap
 
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"name an experiment: {', '.join(names())}")
         if args.runs is not None and len(args.names) > 1:
             raise UserError("--runs names the run directories of one experiment; give one name with it")
-        exps = [load(n, smoke=args.smoke, extras=args.extras) for n in args.names]
+        exps = [load(n, smoke=args.smoke, extras=args.extras, budget_minutes=args.budget_minutes)
+                for n in args.names]
         opts = Options(runs=args.runs, out=args.out, smoke=args.smoke, extras=args.extras, dry_run=args.plan,
                        readme=args.readme, stamp=time.strftime("%Y%m%d-%H%M%S"), named=list(args.names))
         return Runner(exps, opts).run(results_only=args.results_only)

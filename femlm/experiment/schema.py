@@ -257,8 +257,9 @@ def read_raw(name: str) -> tuple[Path, dict[str, Any]]:
     return path, data["experiment"]
 
 
-def load(name: str, smoke: bool = False, extras: bool = False) -> Experiment:
-    """The experiment file `name`, validated (with its smoke / extras block merged over it when asked)."""
+def load(name: str, smoke: bool = False, extras: bool = False, budget_minutes: float | None = None) -> Experiment:
+    """The experiment file `name`, validated (with its smoke / extras block merged over it when asked, and
+    `budget_minutes` over its estimate.budget_minutes: a shorter window than the file plans for)."""
     path, plan = read_raw(name)
     where = f"femlm/conf/experiment/{name}.yaml"
     parse(Experiment, plan, where, "experiment")  # the file as written
@@ -271,6 +272,10 @@ def load(name: str, smoke: bool = False, extras: bool = False) -> Experiment:
             if plan.get(block) is None:
                 raise UserError(f"{where}: --{block} asks for the experiment's `{block}:` block, which it has not")
             plan = merge(plan, plan[block])
+    if budget_minutes is not None:
+        if not budget_minutes > 0:
+            raise UserError(f"--budget-minutes {budget_minutes:g}: must be a positive number of minutes")
+        plan = merge(plan, {"estimate": {"budget_minutes": float(budget_minutes)}})
     exp = parse(Experiment, plan, where, "experiment")
     exp.raw = plan
     return exp

@@ -189,3 +189,12 @@ def test_a_declared_comparison_the_results_lack_stays_in_the_family_undecided(tm
     assert (typo["family"], typo["reading"]) == ("confirmatory", "not decided") and typo["estimate"] is None
     # three in the family now: Holm's adjustment of the others grows with it
     assert sum(c["family"] == "confirmatory" for c in comps.values()) == 3
+
+
+def test_a_shorter_window_fits_fewer_seeds_and_a_bad_budget_is_refused() -> None:
+    full = make_plan(raw(), REPO)
+    short = make_plan(copy.deepcopy(load("study_gpu", budget_minutes=3.2).raw), REPO)
+    assert short.budget_s == pytest.approx(192) and full.budget_s == pytest.approx(480)
+    assert 2 <= len(short.seeds) < len(full.seeds) and short.total_s <= short.budget_s
+    with pytest.raises(UserError, match="--budget-minutes"):
+        load("study_gpu", budget_minutes=0)

@@ -27,7 +27,7 @@ PACKAGES = {"python": "3.11.9", "torch": "2.13.0", "transformers": "5.24.0", "to
 
 
 def _runs(root: Path, scores: tuple[float, float, float] = (0.70, 0.72, 0.74), tokens: int = 9000,
-          vocab: str = "c" * 64, cpu: str = "AMD EPYC [avx512_bf16]") -> Path:
+          vocab: str = "c" * 64, cpu: str = "AMD EPYC [avx512_bf16]", final: float | None = None) -> Path:
     """One pre-training run and one fine-tuning run on its checkpoint, each with run.json."""
     info = {"packages": PACKAGES, "hardware": {"cpu": cpu, "torch_threads": 2, "cuda": False},
             "git_commit": "abc"}
@@ -42,7 +42,8 @@ def _runs(root: Path, scores: tuple[float, float, float] = (0.70, 0.72, 0.74), t
         "kind": "pretrain", "command": "continual-pretrain", "masking": "fe_subword", "domain": "cs",
         "model": "tiny", "steps": 10, "precision": "fp32", "threads": 2, "corpus": corpus,
         "vocabulary_sha256": vocab, "seen": {"sequences": 80, "source_tokens": 10240, "rows": 320,
-                                             "masked_targets": 6000}}))
+                                             "masked_targets": 6000},
+        **({} if final is None else {"first_eval_loss": 9.0, "final_eval_loss": final})}))
     femlm = {"kind": "pretrain", "command": "continual-pretrain", "masking": "fe_subword",
              "strategy": "fully_explored", "granularity": "subword", "num_masks": 4, "domain": "cs", "model": "tiny",
              "step": 10, "max_steps": 10, "run_dir": str(pre), "init_from": None}
@@ -122,3 +123,14 @@ def test_compare_bad_folders(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "femlm.cli", "report", "--compare", str(good), str(tmp_path / "nope")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0 and "not a directory" in done.stderr
+
+
+def test_pretraining_losses_must_be_equal_on_the_same_device_and_are_shown_on_another(tmp_path: Path) -> None:
+    committed = _report(_runs(tmp_path / "a", final=5.25), tmp_path / "ra")
+    lines, status = compare(committed, _report(_runs(tmp_path / "b", final=5.25), tmp_path / "rb"))
+    assert status == 0 and any("9.0000 / 5.2500 vs 9.0000 / 5.2500: equal (same device)" in x for x in lines), lines
+    lines, status = compare(committed, _report(_runs(tmp_path / "c", final=5.31), tmp_path / "rc"))
+    assert status == 1 and any("DIFFERS on the same device" in x for x in lines)
+    other = _report(_runs(tmp_path / "d", final=5.31, cpu="Intel Xeon [amx_bf16]"), tmp_path / "rd")
+    lines, status = compare(committed, other)
+    assert status == 0 and any("shown only (another device" in x for x in lines)

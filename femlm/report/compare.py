@@ -9,7 +9,8 @@ tables' ``<key>.meta.json``; a study folder's study.json ``environment``) and pr
    targets;
 4. numbers: every measured table cell, and whether the new value is within the cell's own noise: within when
    ``|new - committed|`` is at most the larger of the two cells' ± (std over seeds); a cell without a ± must be
-   equal.
+   equal; each pre-training run's first and final held-out loss, which has no ±: equal on the same device (CPU
+   model and matrix instructions), shown only on another.
 
 Exit status: 0 when fingerprints and counts are identical and every number is within its noise; 1 when anything of
 that differs or cannot be checked (not recorded in a folder: the line says which); 2 for a folder that is not a
@@ -26,6 +27,9 @@ from typing import Any
 from femlm.errors import UserError
 
 COUNT_COLUMNS = ("sequences seen", "source tokens seen", "rows processed", "masked targets")
+# A pre-training run's held-out losses have no ± of their own: equal on the same device (CPU model and matrix
+# instructions), only shown on another (the arithmetic differs).
+LOSS_COLUMNS = ("first eval loss", "final eval loss")
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def read_folder(path: str | Path) -> dict[str, Any]:
     if runs_csv.is_file():
         with runs_csv.open(newline="") as handle:
             for row in csv.DictReader(handle):
-                runs[Path(row.get("run", "?")).name] = {k: row.get(k, "") for k in COUNT_COLUMNS}
+                runs[Path(row.get("run", "?")).name] = {k: row.get(k, "") for k in (*COUNT_COLUMNS, *LOSS_COLUMNS)}
     return {"path": str(root), "environment": env, "cells": cells, "runs": runs}
 
 
@@ -131,8 +135,11 @@ def compare(committed: str | Path, new: str | Path) -> tuple[list[str], int]:
         line, ok = _same(f"corpus {domain}", ca, cb, where)
         lines.append(line)
         checks.append(ok)
+    def counts(run: dict[str, str] | None) -> dict[str, str] | None:
+        return None if run is None else {k: run.get(k, "") for k in COUNT_COLUMNS}
+
     for run in sorted(set(a["runs"]) | set(b["runs"])):
-        line, ok = _same(f"run {run}", a["runs"].get(run), b["runs"].get(run), where)
+        line, ok = _same(f"run {run}", counts(a["runs"].get(run)), counts(b["runs"].get(run)), where)
         lines.append(line)
         checks.append(ok)
 
@@ -149,7 +156,20 @@ def compare(committed: str | Path, new: str | Path) -> tuple[list[str], int]:
         checks.append(ok)
         lines.append(f"  {key}: {_cell(ca)} vs {_cell(cb)}, difference {float(cb['mean']) - float(ca['mean']):+.2f}: "
                      + ("within noise" if ok else "OUTSIDE noise"))
-    numbers = sum(1 for k in a["cells"] if k in b["cells"])
+    same_device = bool(ea.get("device")) and ea.get("device") == eb.get("device")
+    losses = 0
+    for run in sorted(set(a["runs"]) & set(b["runs"])):
+        la, lb = ([a["runs"][run].get(k) for k in LOSS_COLUMNS], [b["runs"][run].get(k) for k in LOSS_COLUMNS])
+        if not all(la) or not all(lb):
+            continue
+        text = f"  run {run} held-out loss first/final: {' / '.join(la)} vs {' / '.join(lb)}"
+        if same_device:
+            checks.append(la == lb)
+            within, losses = within + (la == lb), losses + 1
+            lines.append(text + (": equal (same device)" if la == lb else ": DIFFERS on the same device"))
+        else:
+            lines.append(text + ": shown only (another device: no ± to judge by)")
+    numbers = sum(1 for k in a["cells"] if k in b["cells"]) + losses
     differs = sum(c is False for c in checks)
     unknown = sum(c is None for c in checks)
     verdict = ("reproduced: fingerprints and counts identical, every number within its noise" if not differs

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from femlm.outputs import CRLF, finite, write_csv
+from femlm.runs import environment_line, environment_under
 from femlm.study.collect import pretrain_entry
 from femlm.study.compare import analyse_pretraining
 from femlm.study.figures import plot_curves
 from femlm.study.gpu_plan import GpuPlan
-from femlm.runs import environment_line, environment_under
 from femlm.study.headlines import write_headlines
 from femlm.study.tables import band_rows, run_rows
 from femlm.study.verdicts import adjust, pretrain_comparisons, verdict_lines

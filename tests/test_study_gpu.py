@@ -166,6 +166,11 @@ def test_the_smoke_study_runs_in_one_process_and_continues_where_it_stopped(tmp_
     assert study["seeds_complete"] == [1, 2, 3] and len(study["runs"]) == 9
     summaries = [r for r in study["runs"] if r["seed"] == 1]
     assert {r["rows_per_step"] for r in summaries} == {16}  # the same rows per step for every arm
+    # what made each arm's run, and the plan it ran under, are on disk for the results (and --compare)
+    made = json.loads((tmp_path / "runs" / "seed_1" / "mlm_subword" / "run.json").read_text())
+    assert made["packages"]["torch"] and made["hardware"]["cpu"] and made["git_commit"]
+    assert json.loads((tmp_path / "runs" / "plan.json").read_text())["seeds"] == [1, 2, 3]
+    assert study["environment"]["runs"] == 9 and study["unigram_baseline"]["loss"] > 0
     # A run cut in seed 3 keeps seeds 1 and 2; the next invocation trains seed 3 alone and gets the same numbers.
     before = json.loads((tmp_path / "runs" / "seed_3" / "fe_subword" / "summary.json").read_text())
     (tmp_path / "runs" / "seed_3").rename(tmp_path / "runs" / "seed_3.partial")

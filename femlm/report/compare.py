@@ -68,7 +68,9 @@ def read_folder(path: str | Path) -> dict[str, Any]:
     if runs_csv.is_file():
         with runs_csv.open(newline="") as handle:
             for row in csv.DictReader(handle):
-                runs[Path(row.get("run", "?")).name] = {k: row.get(k, "") for k in (*COUNT_COLUMNS, *LOSS_COLUMNS)}
+                if not row.get("run"):  # a study's per-seed table (arm, seed): no run directory to match
+                    continue
+                runs[Path(row["run"]).name] = {k: row.get(k, "") for k in (*COUNT_COLUMNS, *LOSS_COLUMNS)}
     return {"path": str(root), "environment": env, "cells": cells, "runs": runs}
 
 

@@ -50,7 +50,7 @@ def test_every_benchmark_has_a_smoke_check() -> None:
 
 # Smoke runs of 10 s or more (2 loaded cores) run in the slow tier (`make test-all`); docs/testing.md.
 SLOW = {"bench_compile.py", "bench_corpus.py", "bench_data.py", "bench_masking.py", "bench_memory.py",
-        "bench_precision.py", "bench_study.py", "gpu_check.py", "paper_shapes.py"}
+        "bench_precision.py", "bench_study.py", "gpu_check.py", "paper_shapes.py", "span_stats.py", "wholeword_law.py"}
 
 
 @pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p

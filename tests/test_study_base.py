@@ -53,7 +53,7 @@ def test_base_plan_warms_the_head_then_the_model_then_measures_each_ratio(tmp_pa
     assert minutes <= plan["estimate"]["budget_minutes"] and abs(minutes - plan["estimate"]["minutes"]) < 5
 
 
-@pytest.mark.parametrize("smoke", [False, True])
+@pytest.mark.parametrize("smoke", [False, pytest.param(True, marks=pytest.mark.slow)])  # smoke: the slow tier
 def test_every_command_of_the_base_plan_composes_and_validates(tmp_path: Path, smoke: bool) -> None:
     for step in build_steps(load_plan(smoke, "study_base"), tmp_path, tmp_path / "enc"):
         if not step.command or step.command[0] == "download":

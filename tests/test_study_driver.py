@@ -48,7 +48,7 @@ def test_full_plan_has_every_arm_mode_seed_and_row(tmp_path: Path) -> None:
     assert 60 < sum(s.estimate_s for s in steps) / 60 < 125  # the plan's own estimate fits the 2-hour budget
 
 
-@pytest.mark.parametrize("smoke", [False, True])
+@pytest.mark.parametrize("smoke", [False, pytest.param(True, marks=pytest.mark.slow)])  # smoke: the slow tier
 def test_every_command_of_the_plan_composes_and_validates(tmp_path: Path, smoke: bool) -> None:
     plan = load_plan(smoke)
     for step in build_steps(plan, tmp_path, tmp_path / "enc"):

@@ -130,7 +130,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
     progress, every = Progress(), data["eval_every"]
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    last: dict[str, float] = {}
+    latest: dict[str, float] = {}  # the last held-out evaluation
     with (out / "metrics.jsonl").open("w") as fh:
         def record(**rec: Any) -> None:
             fh.write(json.dumps({**rec, **progress.seen(), "time": round(time.time() - t_start, 3)}) + "\n")
@@ -138,7 +138,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
         def evaluate(step: int) -> float:
             loss, accuracy = core.evaluate(eval_set)
             record(step=step, eval_loss=loss, eval_accuracy=accuracy)
-            last["accuracy"] = accuracy
+            latest["accuracy"] = accuracy
             return loss
 
         first = evaluate(0)
@@ -159,7 +159,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
                "model": cfg.model.name, "seed": seed, "steps": core.max_steps, "max_steps": cfg.trainer.max_steps,
                "equal_compute": cfg.trainer.equal_compute, "rows_per_step": core.layout.rows,
                "sequences_per_step": core.layout.sequences, "first_eval_loss": first, "final_eval_loss": final,
-               "final_eval_accuracy": last.get("accuracy"),
+               "final_eval_accuracy": latest.get("accuracy"),
                "seen": {"sequences": progress.sequences, "source_tokens": progress.source_tokens,
                         "rows": progress.rows, "masked_targets": progress.masked_targets,
                         "train_flops": progress.train_flops},

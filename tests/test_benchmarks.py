@@ -30,12 +30,13 @@ EXPECTED = {
                        True),
     "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),
     "gpu_check.py": (r"plan: \[continual b=4 L=64 eager\] .*\n(.*\n)*"
+                     r"losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*"  # before the benchmark: a cut run keeps it
                      r"\[continual b=4 L=64 eager\] graphs=0 recompiles=0 compile_s=\S+\n(.*\n)*"
                      r"\[continual b=4 L=64 eager\] host syncs: \S+ per step .*\n"
                      r"\[continual b=4 L=64 eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+ .*\n(.*\n)*"
                      r"\[scratch b=8 L=64 \(femlm micro 4, HF micro 4\) eager\] tokens/s (.*\n)*"
                      r"\[fe_k4 b=4 L=64 fe_k4 eager\] tokens/s (.*\n)*"
-                     r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*gpu-check ok in ", False),
+                     r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*gpu-check ok in ", False),
     "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
                       r"--commit ", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),

@@ -271,6 +271,11 @@ def is_finished(run_dir: Path) -> bool:
     return any((Path(run_dir) / name).is_file() for name in ("summary.json", "results.json"))
 
 
+def made_by() -> dict[str, Any]:
+    """What run.json records of the code and machine behind a run (environment_of reads it back)."""
+    return {"git_commit": git_commit(), "packages": package_versions(), "hardware": hardware()}
+
+
 def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool = True, resume: bool = False,
               launcher_job: str | None = None) -> Run:
     """Prepare ``run_dir`` for a new run (or an explicit resume of the run already in it); ``config`` is the
@@ -300,8 +305,7 @@ def start_run(config: dict[str, Any], run_dir: Path, command: str, is_main: bool
         run.previous = {name: (run_dir / name).read_bytes() if (run_dir / name).is_file() else None
                         for name in (RUN_MARKER, "config.yaml")}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    info = {"command": command, "argv": sys.argv, "git_commit": git_commit(), "packages": package_versions(),
-            "hardware": hardware(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    info = {"command": command, "argv": sys.argv, **made_by(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if launcher_job is not None:
         info["launcher_job"] = launcher_job
     if resume and marker.exists():

@@ -29,7 +29,7 @@ from femlm.experiment.runner import REPO
 from femlm.experiment.schema import Experiment
 from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
-from femlm.runs import RUN_MARKER, git_commit, hardware, package_versions
+from femlm.runs import RUN_MARKER, made_by
 from femlm.study.gpu_plan import GpuPlan, make_plan
 
 COMMAND = "pretrain-scratch"
@@ -169,8 +169,7 @@ def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path)
                "passes": progress.sequences / data["train"].shape[0]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     # what made it (femlm.runs.environment_of reads it): packages, CPU and GPU names, the commit
-    (out / RUN_MARKER).write_text(json.dumps({"packages": package_versions(), "hardware": hardware(),
-                                               "git_commit": git_commit()}, indent=2) + "\n")
+    (out / RUN_MARKER).write_text(json.dumps(made_by(), indent=2) + "\n")
     return summary
 
 

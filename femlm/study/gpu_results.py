@@ -42,17 +42,11 @@ def collect(plan: dict[str, Any], runs: Path) -> dict[str, Any]:
             entry = pretrain_entry(runs / f"seed_{seed}" / arm)
             mode = "any" if arm == pre["reference"] else pre["modes"][0]
             if entry is not None:
-                entry["summary"].setdefault("final_eval_accuracy", last_accuracy(runs / f"seed_{seed}" / arm))
+                # runs from before summary.json recorded it: the last held-out evaluation's accuracy
+                last = entry["curve"][-1] if entry["curve"] else {}
+                entry["summary"].setdefault("final_eval_accuracy", last.get("eval_accuracy"))
                 data["pretrain"].append({"arm": arm, "mode": mode, "seed": seed, **entry})
     return data
-
-
-def last_accuracy(run: Path) -> float | None:
-    """The last held-out accuracy in a run's metrics.jsonl (runs from before summary.json recorded it)."""
-    found = None
-    for line in (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []:
-        found = json.loads(line).get("eval_accuracy", found)
-    return found
 
 
 def unigram_baseline(data_dir: Path) -> dict[str, Any] | None:

@@ -258,6 +258,8 @@ def _stopped(command: Command, run: Any, err: KeyboardInterrupt) -> None:
 
 def _run_command(name: str, command: Command, typed: Any, run: Any) -> Any:
     try:
+        if command.check:  # a wrong checkpoint path: refused before the command's code (torch, transformers) loads
+            command.load("check")(typed)
         if typed.dry_run:
             plan = {"command": name, "run_dir": str(run.dir), **command.load("plan")(typed, run)}
             run.write_json("plan.json", plan)

@@ -33,6 +33,9 @@ class Command:
     # Options that replace the command with another function (no config, no run directory): ("--option",
     # "module:function") pairs; the function is called with the other arguments and returns the exit status.
     modes: tuple[tuple[str, str], ...] = ()
+    # "module:function", called as function(cfg) before `run` or `plan` is imported: the checks of the run's inputs
+    # that need no torch (a checkpoint path), so the CLI refuses them in a second rather than after the imports.
+    check: str | None = None
 
     def load(self, which: str) -> Any:
         module, name = (dict(self.modes).get(which) or getattr(self, which)).split(":")
@@ -57,16 +60,18 @@ COMMANDS: dict[str, Command] = {
                                 PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain", resumable=True),
     "continual-pretrain": Command("Continue pre-training a checkpoint on a domain corpus (CS, News).",
                                   PRETRAIN, "femlm.train.loop:run_pretrain", "femlm.train.plan:plan_pretrain",
-                                  resumable=True),
+                                  resumable=True, check="femlm.models.checkpoints:check_masked_lm_checkpoint"),
     "finetune": Command("Fine-tune a checkpoint on a downstream task (DAPT tasks, GLUE) with several seeds.",
-                        FINETUNE, "femlm.eval.finetune:run_finetune", "femlm.eval.finetune:plan_finetune"),
+                        FINETUNE, "femlm.eval.finetune:run_finetune", "femlm.eval.finetune:plan_finetune",
+                        check="femlm.models.checkpoints:check_checkpoint"),
     "evaluate": Command("Score fine-tuned checkpoints, or sweep a pre-training run's checkpoints.",
-                        (*FINETUNE, "evaluate"), "femlm.eval.evaluate:run_evaluate", "femlm.eval.evaluate:plan_evaluate"),
+                        (*FINETUNE, "evaluate"), "femlm.eval.evaluate:run_evaluate", "femlm.eval.evaluate:plan_evaluate",
+                        check="femlm.eval.checkpoints:check_evaluate"),
     "analyze": Command("Gradient covariance vs Hamming distance, K-mask variance (FE vs i.i.d.), the variance "
                        "decomposition, and disjoint masks across passes.",
                        ("model", "domain", "data", "masking", "analysis", "runtime", "download", "logger"),
                        "femlm.analysis.run:run_analyze", "femlm.analysis.run:plan_analyze", positional="analysis.kind",
-                       accepts="femlm.analysis.config:KINDS"),
+                       accepts="femlm.analysis.config:KINDS", check="femlm.models.checkpoints:check_masked_lm_checkpoint"),
     "report": Command("Collect run results into the paper's tables and figures (Markdown, LaTeX, CSV, PNG).",
                       ("report", "logger"), "femlm.report.report:run_report", "femlm.report.report:plan_report",
                       positional="report.inputs", accepts="femlm.report.config:INPUTS", stoppable=False,

@@ -180,12 +180,13 @@ def command(name: str, root: Path, *overrides: str) -> dict:
     return COMMANDS[name].load("run")(cfg, run)
 
 
-# One architecture through the real CLI in the fast tier (deberta-v2: eager attention, relative positions); the
-# others, ~20 s each, in the slow tier; each is trained in-process in the fast tier above and below.
+# One architecture through the CLI in the fast tier (deberta-v2: eager attention, relative positions); the others,
+# ~20 s each, in the slow tier; each is trained in-process in the fast tier above and below.
 @pytest.mark.parametrize("model_type", [pytest.param(t, marks=pytest.mark.slow) if t != "deberta-v2" else t
                                         for t in sorted(ARCHS)])
 def test_cli_fe_mlm_steps_then_plain_transformers_analyze_finetune_evaluate(
-        model_type: str, cli, local_inputs: dict[str, Path], tmp_path: Path) -> None:
+        model_type: str, cli_in_process_with_hydra, local_inputs: dict[str, Path], tmp_path: Path) -> None:
+    cli = cli_in_process_with_hydra  # the CLI's whole run in this process (no Python start-up per call)
     path = save_checkpoint(model_type, tmp_path / "checkpoint")
     data = [f"domain.sources=[file:{local_inputs['corpus']}]", "data.block_size=32", "runtime.threads=1",
             "logger.progress=false", "logger.wandb.mode=disabled"]

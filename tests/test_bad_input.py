@@ -21,8 +21,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,15 +192,6 @@ def _write_data(data: Path) -> None:
             (data / name / "dev.jsonl").write_text(dev)
 
 
-def _cli_env(root: Path) -> dict[str, str]:
-    env = {**os.environ, "FEMLM_RUNS": str(root / "runs"), "FEMLM_CACHE": str(root / "cache"),
-           "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if MIRROR.is_dir():
-        env["FEMLM_MIRROR"] = str(MIRROR)
-    return env
-
-
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("bad-input")
@@ -233,14 +222,18 @@ def fx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return values
 
 
-@pytest.fixture(scope="module")
-def earlier(fx: dict[str, str]) -> Path:
-    """A finished 2-step pretrain-scratch run (masking fe_subword) on the local corpus."""
-    root = Path(fx["root"]) / "earlier"
+@pytest.fixture
+def earlier(fx: dict[str, str], cli_in_process_with_hydra, tmp_path_factory: pytest.TempPathFactory,
+            monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A finished 2-step pretrain-scratch run (masking fe_subword) on the local corpus, in its own runs folder
+    (run in-process: the one case that resumes it checks the refusal, not the run)."""
+    root = tmp_path_factory.mktemp("earlier")
     args = [*SMALL, *TINY_MODEL, f"model.tokenizer={fx['tok']}", f"domain.sources=[file:{fx['data']}/corpus.txt]"]
-    proc = subprocess.run([sys.executable, "-m", "femlm.cli", "pretrain-scratch", *args], capture_output=True,
-                          text=True, timeout=600, cwd=fx["root"], env=_cli_env(root))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with monkeypatch.context() as env:
+        env.setenv("FEMLM_RUNS", str(root / "runs"))
+        env.setenv("FEMLM_CACHE", str(root / "cache"))
+        result = cli_in_process_with_hydra("pretrain-scratch", *args)
+    assert result.code == 0, result.stderr[-3000:]
     (run,) = (root / "runs" / "pretrain-scratch").iterdir()
     return run
 

@@ -26,9 +26,9 @@ def _close(a: Any, b: Any) -> bool:
     return a == b
 
 
-def test_tiny_pipeline_matches_the_numbers_before_the_reorganisation(cli, tmp_path: Path) -> None:
+def test_tiny_pipeline_matches_the_numbers_before_the_reorganisation(cli_in_process_with_hydra, tmp_path: Path) -> None:
     golden = json.loads(GOLDEN.read_text())["numbers"]
-    numbers = run_pipeline(tmp_path, cli)
+    numbers = run_pipeline(tmp_path, cli_in_process_with_hydra)
     for stage in ("scratch", "continual", "finetune"):
         assert _close(numbers[stage], golden[stage]), f"{stage}: {numbers[stage]} != golden {golden[stage]}"
     assert len(numbers["scratch"]) == 9 and numbers["finetune"]["history"], "the run logged less than before"

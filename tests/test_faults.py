@@ -78,18 +78,6 @@ KILL_IN_SAVE = TEAR_CHECKPOINT + textwrap.dedent("""
     run_pretrain(tiny_config(root / "tok", **settings), run)
 """)
 
-# The real CLI, with every write of checkpoint `target` failing as on a full disk (after half the bytes).
-CLI_DISK_FULL = TEAR_CHECKPOINT + textwrap.dedent("""
-    import errno, sys
-    def disk_full(path):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    tear_checkpoint(sys.argv[1], disk_full)
-    from femlm.cli import main
-    sys.argv = ["femlm", *sys.argv[2:]]
-    main()
-""")
-
-
 def curve(run_dir: Path) -> list[tuple]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r.get("loss"), r.get("eval_loss"), r.get("eval_accuracy")) for r in records]
@@ -211,13 +199,22 @@ def test_disk_full_during_checkpoint_write_keeps_the_previous_one(synthetic: Pat
 
 
 def test_disk_full_through_the_cli_is_one_line_and_keeps_the_run(local_corpus: dict[str, Path],
-                                                                 femlm_env: dict[str, str], tmp_path: Path) -> None:
-    args = cli_args(local_corpus, "trainer.max_steps=6", "runtime.save_every=2", "runtime.eval_every=2")
-    proc = subprocess.run([sys.executable, "-c", CLI_DISK_FULL, "state_4", *args], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, env={**child_env(), **femlm_env})
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
+                                                                 cli_in_process_with_hydra, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write of state_4 fails as on a full disk (after half the bytes), through the CLI in-process (the
+    slow tier fills a real 2 MiB tmpfs through the CLI in a subprocess)."""
+    def disk_full(path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ckpt, "atomic_dir", ckpt.atomic_dir)  # restored after the test
+    scope: dict = {}
+    exec(TEAR_CHECKPOINT, scope)
+    scope["tear_checkpoint"]("state_4", disk_full)
+    result = cli_in_process_with_hydra(*cli_args(local_corpus, "trainer.max_steps=6", "runtime.save_every=2",
+                                                 "runtime.eval_every=2"))
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.code == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and len(lines) == 1, result.stderr[-3000:]
     run = only_run(tmp_path / "runs")
     assert lines[0].startswith("femlm: error: No space left on device"), lines[0]
     assert "ENOSPC" in lines[0] and str(run) in lines[0] and "resume=" in lines[0]

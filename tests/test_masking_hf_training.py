@@ -123,7 +123,10 @@ def test_accelerate_loop_trains_with_the_k_copy_mean(setup) -> None:
 
 
 @pytest.mark.mirror
-@pytest.mark.parametrize("script", ["hf_trainer_fe.py", pytest.param("accelerate_fe.py", marks=pytest.mark.slow)])
+# Both examples run whole in the slow tier (~12 s each: a Python start-up, a tokenizer and a dataset); the fast tier
+# trains the same Trainer and the same accelerate loop in-process (the two tests above).
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["hf_trainer_fe.py", "accelerate_fe.py"])
 def test_example_runs_offline_on_the_mirror(script: str, mirror: Path, tmp_path: Path) -> None:
     env = child_env(FEMLM_MIRROR=str(mirror), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                     HF_DATASETS_CACHE=str(tmp_path / "datasets"))

@@ -125,6 +125,26 @@ def study(rng: np.random.Generator, fe_speed: float, seeds: int = 3, noise: floa
     return st.compare_pretraining(arms, "mlm")
 
 
+@pytest.mark.parametrize("seeds", [0, 1, 2, 9])
+def test_band_is_the_t_interval_of_each_grid_point(seeds: int) -> None:
+    """The band tests every grid point at once; each point's numbers are t_interval's, to the bit: curves that end
+    early (fewer values past their end), identical values (a zero-width interval), one curve (no interval)."""
+    rng = np.random.default_rng(seeds)
+    curves = []
+    for i in range(seeds):
+        x = np.sort(rng.uniform(0, 100 - 10 * (i % 3), 12))
+        curves.append((x.tolist(), (np.full(12, 2.0) if i == 1 else rng.normal(5, 1, 12)).tolist()))
+    grid = np.linspace(0, 100, 41)
+    got = st.band(curves, grid)
+    values = np.stack([st.interpolate(c, grid) for c in curves]) if curves else np.zeros((0, len(grid)))
+    for j in range(len(grid)):
+        ci = st.t_interval(values[:, j].tolist())
+        want = [ci.estimate, ci.low, ci.high, ci.n]
+        assert np.array_equal([got[k][j] for k in ("mean", "low", "high", "n")], want, equal_nan=True), (j, want)
+    if seeds >= 2:
+        assert np.isfinite(got["low"]).any() and (got["n"] < seeds).any()  # both kinds of point were met
+
+
 def test_a_real_speed_up_is_detected() -> None:
     out = study(np.random.default_rng(0), fe_speed=0.3)
     comp = out["comparisons"]["fe"]

@@ -16,61 +16,25 @@ for a finished one (the experiment runner runs it again).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from transformers import DataCollatorWithPadding
 
-from femlm import provenance
 from femlm.data.tasks import load_task, task_data_notes
 from femlm.errors import UserError
 from femlm.eval import classifier as loop
 from femlm.eval import finetune
+from femlm.eval.checkpoints import find_finetuned, pretraining_checkpoints
 from femlm.eval.inputs import encode, label_spec, split_labels
 from femlm.eval.metrics import majority_label, majority_scores
 from femlm.eval.results import aggregate, efficiency_point, format_score, write_predictions
-from femlm.models.checkpoints import Checkpoint, locate
 from femlm.models.load import load_finetuned, tokenizer_for
 from femlm.models.resolve import resolve_finetuned
 from femlm.outputs import finite
 from femlm.runs import git_commit, hardware
 from femlm.runtime.device import configure_process, pick_device
 from femlm.stop import check
-
-STEP_DIR = re.compile(r"^step_(\d+)$")
-
-
-def finetuned(directory: Path) -> Checkpoint | None:
-    """The directory located as a checkpoint when it holds a fine-tuned classifier (its config says
-    *ForSequenceClassification), else None."""
-    try:
-        checkpoint = locate(str(directory), hub_check=False)
-    except UserError:
-        return None
-    info = checkpoint.info
-    return checkpoint if info is not None and any(a.endswith("ForSequenceClassification")
-                                                  for a in info.architectures) else None
-
-
-def find_finetuned(root: Path) -> list[tuple[Path, Checkpoint]]:
-    """``root`` itself when it is a fine-tuned classifier, else every one below it (sorted), each located once."""
-    if not root.exists():
-        raise UserError(f"evaluate.checkpoints={root}: no such file or directory; give a fine-tuned checkpoint "
-                        "(finetune.save_model=true keeps seed_<s>/model), a directory of them, or a pre-training run "
-                        "directory with evaluate.sweep=true")
-    itself = finetuned(root)
-    if itself is not None:
-        return [(root, itself)]
-    below = sorted(q.parent for q in root.rglob("config.json") if q.parent != root)  # root: not a classifier
-    found = [(p, c) for p in below if (c := finetuned(p)) is not None]
-    if found:
-        return found
-    if (root / "config.json").is_file():
-        raise UserError(f"evaluate.checkpoints={root}: a pre-training checkpoint (no classifier head); "
-                        "fine-tune it first (femlm finetune) or pass evaluate.sweep=true with its run directory")
-    raise UserError(f"evaluate.checkpoints={root}: no fine-tuned checkpoints in it (save them with "
-                    "finetune.save_model=true)")
 
 
 def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
@@ -126,30 +90,6 @@ def score_checkpoints(cfg: Any, run: Any) -> dict[str, Any]:
     print(f"{task.name} {split} {task.main_metric} over {len(rows)} checkpoint(s): {format_score(stats)}",
           flush=True)
     return results
-
-
-def pretraining_checkpoints(root: Path) -> list[tuple[str, Path, int | None, dict[str, Any] | None]]:
-    """(name, path, step, femlm.json) of every ``step_<N>`` in a pre-training run, by step, then ``final``
-    unless it repeats the last step's weights."""
-    folder = root / "checkpoints" if (root / "checkpoints").is_dir() else root
-    if not folder.is_dir():
-        raise UserError(f"evaluate.checkpoints={root}: no such directory; give a pre-training run directory")
-    found = []
-    for path in folder.iterdir():
-        match = STEP_DIR.match(path.name)
-        if match and (path / "config.json").is_file():
-            found.append((path.name, path, int(match.group(1)), provenance.read(path)))
-    found.sort(key=lambda item: item[2])
-    final = folder / "final"
-    if (final / "config.json").is_file():
-        info = provenance.read(final)
-        step = (info or {}).get("step")
-        if step is None or step not in {item[2] for item in found}:
-            found.append(("final", final, step, info))
-    if not found:
-        raise UserError(f"evaluate.checkpoints={root}: no checkpoints/step_<N> or checkpoints/final with a "
-                        "config.json; give a pre-training run directory")
-    return found
 
 
 def sweep(cfg: Any, run: Any) -> dict[str, Any]:

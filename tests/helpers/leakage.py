@@ -90,7 +90,8 @@ def task_index(tasks: Iterable[Any], download: object) -> tuple[TaskIndex, list[
             skipped.append(name)
             continue
         for split, ds in data.items():
-            index.add(name, split, ds["text"])
+            columns = ds.with_format("arrow")  # whole columns at once (iterating a Column formats row by row)
+            index.add(name, split, columns["text"].to_pylist())
             if "text_pair" in ds.column_names:
-                index.add(name, split, ds["text_pair"])
+                index.add(name, split, columns["text_pair"].to_pylist())
     return index, skipped

@@ -156,3 +156,33 @@ def test_resume_by_directory_reuses_the_runs_overrides(cli_in_process_with_hydra
     assert cfg["masking"]["name"] == "mlm_subword" and cfg["model"]["name"] == "tiny"
     assert cfg["trainer"]["max_steps"] == 7
     assert len([p for p in (tmp_path / "runs" / "pretrain-scratch").iterdir() if p.is_dir()]) == 1
+
+
+
+def test_a_missing_checkpoint_is_refused_before_transformers_is_imported(femlm_env: dict[str, str],
+                                                                         tmp_path: Path) -> None:
+    """The commands' `check` entries (femlm.commands) run before the command's code loads: the one-line errors
+    come without importing transformers (seconds of start-up). One process, three commands; the errors' wording
+    is tests/test_bad_input.py's."""
+    import subprocess
+    import sys
+
+    from helpers.processes import child_env
+
+    script = """
+import sys
+from femlm.cli import main
+for args in (["finetune", "preset=tiny", "model.name_or_path=/nonexistent/ckpt"],
+             ["evaluate", "preset=tiny", "evaluate.checkpoints=/nonexistent/dir"],
+             ["continual-pretrain", "preset=tiny", "model.name_or_path=/nonexistent/ckpt"]):
+    sys.argv = ["femlm", *args]
+    try:
+        main()
+    except SystemExit as exit:
+        print(args[0], exit.code, "transformers" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**child_env(), **femlm_env})
+    assert proc.stdout.splitlines() == [f"{c} 2 False" for c in ("finetune", "evaluate", "continual-pretrain")], \
+        proc.stdout + proc.stderr[-2000:]
+    assert proc.stderr.count("femlm: error: ") == 3 and proc.stderr.count("no such") == 3, proc.stderr[-2000:]

@@ -131,13 +131,11 @@ def locate(name: str, key: str = "model.name_or_path", hub_check: bool = True, m
     return Checkpoint(name, "hub", name)
 
 
-
-
 def check_checkpoint(cfg: Any, masked_lm: bool = False) -> None:
     """The `check` entry of the commands that read `model.name_or_path` (femlm.commands): a local directory is
-    inspected before the command imports torch, so a wrong path is one line in about
-    a second; a Hub id, or the key not set, is left to the run's resolver, which locates it again and keeps the
-    result. `masked_lm`: pre-training and analysis refuse what they cannot continue (`check_masked_lm`)."""
+    inspected before the command imports torch, so a wrong path is one line in about a second; a Hub id, or the
+    key not set, is left to the run's resolver, which locates it again and keeps the result. `masked_lm`:
+    pre-training and analysis refuse what they cannot continue (`check_masked_lm`)."""
     name = cfg.model.name_or_path
     if name and is_local(str(name)):
         locate(str(name), masked_lm=masked_lm, new_mlm_head=bool(cfg.model.new_mlm_head))
@@ -145,6 +143,7 @@ def check_checkpoint(cfg: Any, masked_lm: bool = False) -> None:
 
 def check_masked_lm_checkpoint(cfg: Any) -> None:
     check_checkpoint(cfg, masked_lm=True)
+
 
 def ensure_obtainable(name: str, key: str = "model.name_or_path") -> None:
     """A Hub id must be fetchable: the Hub answers, or the local Hugging Face cache already holds it."""

@@ -195,7 +195,8 @@ def band(curves: Sequence[Curve], grid: np.ndarray, level: float = LEVEL) -> dic
     columns: dict[bytes, list[int]] = {}  # grid points with the same curves present, tested together
     for j in range(len(grid)):
         columns.setdefault(finite[:, j].tobytes(), []).append(j)
-    for cols in columns.values():
+    for group in columns.values():
+        cols = np.asarray(group)
         # one row per grid point, contiguous: each reduced as t_interval reduces its 1-D sample (same bits)
         block = np.ascontiguousarray(values[finite[:, cols[0]]][:, cols].T)
         n[cols] = block.shape[1]
@@ -205,13 +206,10 @@ def band(curves: Sequence[Curve], grid: np.ndarray, level: float = LEVEL) -> dic
         if block.shape[1] < 2:
             continue
         spread = block.std(axis=1, ddof=1) > 0
-        flat = [c for c, s in zip(cols, spread, strict=True) if not s]  # all equal: a zero-width interval
-        low[flat], high[flat] = mean[flat], mean[flat]
+        low[cols[~spread]] = high[cols[~spread]] = mean[cols[~spread]]  # all equal: a zero-width interval
         if spread.any():
             test = _scipy_test(sps.ttest_1samp, block[spread], 0.0, axis=1)
-            lo, hi = test.confidence_interval(level)
-            varied = [c for c, s in zip(cols, spread, strict=True) if s]
-            low[varied], high[varied] = lo, hi
+            low[cols[spread]], high[cols[spread]] = test.confidence_interval(level)
     return {"flops": grid, "mean": mean, "low": low, "high": high, "n": n}
 
 

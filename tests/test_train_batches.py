@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from femlm.masking import MaskingConfig, build_masker
-from femlm.train.batches import label_bound, prepare, split_positions
+from femlm.train.batches import prepare, split_label_chunks
 from femlm.train.core import NonFiniteLoss
 from femlm.train.evaluation import EVAL_MASKING, EvalSet
 from femlm.train.positions import LabelPositions
@@ -62,28 +62,28 @@ def eval_set(core) -> EvalSet:
 
 
 @pytest.mark.parametrize("arm", list(ARMS))
-def test_every_arm_fits_its_bound_in_one_pass(arm: str) -> None:
+def test_every_arm_fits_its_bound_in_one_chunk(arm: str) -> None:
     core = tiny_core(masking=ARMS[arm], word_starts=WORD_STARTS, compile=False)
-    shape = label_bound(core.masker.cfg, core.micro_rows, 32, core.masker.num_copies)
+    shape = core.masker.label_bound(core.micro_rows, 32, core.blocks)
     for step in range(1, 41):
         labels = core.batch(step)["labels"]
-        (at,) = split_positions(labels, shape)  # one pass: the one graph of the run
+        (at,) = split_label_chunks(labels, shape)  # one chunk: the one graph of the run
         assert at.rows.numel() == shape.size and at.width == shape.width
         assert (at.targets != -100).sum() == (labels != -100).sum()
     if arm in ("mlm-exact", "fe-k4", "fe-passes"):  # exact counts: the bound is the count itself
         assert shape.size == (core.batch(1)["labels"] != -100).sum(1).max() * core.micro_rows
 
 
-def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same_loss() -> None:
+def test_a_batch_beyond_the_bound_runs_in_label_chunks_of_the_same_shape_with_the_same_loss() -> None:
     core = tiny_core(masking=BERNOULLI)
-    shape = label_bound(core.masker.cfg, 8, 32)
+    shape = core.masker.label_bound(8, 32)
     rows = everything_masked(core.batch(1))
-    passes = split_positions(rows["labels"], shape)
-    assert len(passes) > 1 and {(p.rows.numel(), p.width) for p in passes} == {(shape.size, shape.width)}
+    chunks = split_label_chunks(rows["labels"], shape)
+    assert len(chunks) > 1 and {(p.rows.numel(), p.width) for p in chunks} == {(shape.size, shape.width)}
     whole = LabelPositions.from_labels(rows["labels"])
     loss, count, _ = core.objective(rows["input_ids"], None, whole)
     grads = torch.autograd.grad(loss, core.params)
-    parts = [core.objective(rows["input_ids"], None, at) for at in passes]
+    parts = [core.objective(rows["input_ids"], None, at) for at in chunks]
     assert sum(int(c) for _, c, _ in parts) == int(count) == 8 * 32
     split_loss = sum(s for s, _, _ in parts)
     torch.testing.assert_close(split_loss, loss, rtol=1e-6, atol=1e-5)
@@ -94,13 +94,13 @@ def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same
 def test_a_ragged_last_micro_batch_is_padded_to_the_same_shape_and_adds_nothing() -> None:
     core = tiny_core(masking=BERNOULLI)
     rows = core.batch(1)
-    shape = label_bound(core.masker.cfg, 5, 32)
-    passes = prepare(rows["labels"], rows["input_ids"], 5, shape, torch.device("cpu")).passes
-    assert [(ids.shape, at.rows.numel(), at.width) for ids, at in passes] == [((5, 32), shape.size, shape.width)] * 2
-    assert not passes[1][0][3:].any() and passes[1][1].rows.max() < 3  # padding rows: no label points at them
+    shape = core.masker.label_bound(5, 32)
+    chunks = prepare(rows["labels"], rows["input_ids"], 5, shape, torch.device("cpu")).chunks
+    assert [(ids.shape, at.rows.numel(), at.width) for ids, at in chunks] == [((5, 32), shape.size, shape.width)] * 2
+    assert not chunks[1][0][3:].any() and chunks[1][1].rows.max() < 3  # padding rows: no label points at them
     with torch.no_grad():
         whole, count, _ = core.objective(rows["input_ids"], None, rows["labels"])
-        parts = [core.objective(ids, None, at) for ids, at in passes]
+        parts = [core.objective(ids, None, at) for ids, at in chunks]
     assert sum(int(c) for _, c, _ in parts) == int(count)
     torch.testing.assert_close(sum(s for s, _, _ in parts), whole, rtol=1e-6, atol=1e-5)
 
@@ -113,7 +113,7 @@ def test_a_compiled_run_of_200_steps_has_one_training_and_one_evaluation_graph(
     core.batch = lambda step, redraw=None: everything_masked(batch(step)) if step == 100 else batch(step, redraw)
     core.read_at = lambda step: step % 50 == 0
     for step in range(1, 201):
-        if step == 100:  # the overflowing batch, in passes: the loss of the eager objective at today's weights
+        if step == 100:  # the overflowing batch, in label chunks: the loss of the eager objective at today's weights
             rows = core.batch(100)
             with torch.no_grad():
                 expected = core.objective(rows["input_ids"], None, rows["labels"])[0] / rows["labels"].numel()
@@ -217,7 +217,7 @@ def test_the_producer_uses_no_global_random_state() -> None:
     assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state, strict=True))
     again = core._prepare_step(3)
     assert all(torch.equal(a[0], b[0]) and all(torch.equal(x, y) for x, y in zip(a[1][:4], b[1][:4], strict=True))
-               for a, b in zip(first.passes, again.passes, strict=True))
+               for a, b in zip(first.chunks, again.chunks, strict=True))
 
 
 @pytest.mark.slow  # inductor builds C++ kernels: about a minute per graph on 2 cores

@@ -62,7 +62,7 @@ def _worker(rank: int, init_file: str, out_dir: str, port: int) -> None:
         half = rows["labels"].shape[0] // WORLD
         mine = {k: v[rank * half:(rank + 1) * half] for k, v in rows.items()}
         core = core_for(DistInfo(rank=rank, world_size=WORLD), micro=2)
-        loss_sum, count = core.backward(mine)
+        loss_sum, count = core.backward(core._prepare(mine))
         dist.all_reduce(loss_sum)
         grads = {n: p.grad.clone() for n, p in core.objective.model.named_parameters() if p.grad is not None}
         if rank == 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -207,6 +208,32 @@ def test_the_next_batch_is_built_while_the_current_step_runs() -> None:
     assert "step 2 saw build 3 start" in order and "build 3 saw step 2 running" in order
     assert order.index("build 3 starts") < order.index("step 2 ends")
     assert order.index("build 3 ends") < order.index("step 3 runs")
+
+
+def test_an_fe_across_passes_build_never_keeps_a_33_ms_step_waiting() -> None:
+    """Issue 46: at the GPU study's shape (256 x 128, FE across passes, K = floor(1 / 0.15)) the producer builds
+    step s+1 -- masks, label chunks, padding -- while a 33 ms stub of step s runs (the study model's eager step on
+    an H200), so `take` never waits. By ordering, not by time: every build of step s+1 has ended before step s
+    ends. (The per-row masks this replaced took longer than the step: their builds ended after it.)"""
+    passes = MaskingConfig(name="fe_passes_subword", strategy="fully_explored_passes", num_masks=None)
+    core = tiny_core(masking=passes, blocks=2048, length=128, batch_size=256, compile=True)
+    order, build = [], core.producer.build
+
+    def recorded(step: int):
+        prepared = build(step)
+        order.append(f"build {step} ends")
+        return prepared
+
+    core.producer.build = recorded
+    for step in range(1, 13):
+        prepared = core.producer.take(step, step + 1)
+        order.append(f"step {step} runs")
+        time.sleep(0.033)  # the stub step (it releases the GIL, as a step waiting on its device does)
+        order.append(f"step {step} ends")
+    core.close()
+    assert [tuple(ids.shape) for ids, _ in prepared.chunks] == [(256, 128)] and core.masker.cfg.num_masks == 6
+    late = [s for s in range(2, 14) if order.index(f"build {s} ends") > order.index(f"step {s - 1} ends")]
+    assert not late, f"take waited for the builds of steps {late}"
 
 
 def test_the_producer_uses_no_global_random_state() -> None:

@@ -105,7 +105,7 @@ def test_two_process_gloo_ddp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path), free_port()), nprocs=WORLD, join=True)
 
     single = core_for(DistInfo(), micro=None)
-    loss_sum, count = single.backward(global_batch())
+    loss_sum, count = single.backward(single._prepare(global_batch()))
     ddp = torch.load(tmp_path / "ddp.pt")
     assert ddp["loss"] == pytest.approx(loss_sum.item() / count.item(), abs=1e-6)
     for name, param in single.objective.model.named_parameters():

@@ -38,8 +38,8 @@ Speed (issue 46). :func:`mask_visits` works on the whole batch: budgets, the ran
 and the 80/10/10 replacement are batch tensor operations. Only what the mask law ties to a row stays per row:
 its two generators (seeded from ``(seed, key, cycle)`` and ``(seed, key, visit)``, the seeds mixed for all rows at
 once) and their draws, in the shapes and order of the per-row code it replaced, so the masks are bit for bit
-those of that code (kept as the reference in tests/helpers/passes_reference.py). Whole words and spans call
-their sampler once per row (its random stream is the row's).
+those of that code (kept as the reference in tests/helpers/passes_reference.py). Spans are segmented and dealt
+for the whole batch, each row drawing from its own numpy stream; whole words walk row by row (FE's walk).
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def sequence_key(token_ids: Sequence[int] | torch.Tensor) -> int:
 
 
 def visit_budgets(masker: Any, n_valid: torch.Tensor, ratio: float | None = None,
-                  visits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(tau, short)`` per row of ``n_valid`` maskable tokens: MLM's exact count. The first row with a negative
+                  visits: torch.Tensor | None = None) -> torch.Tensor:
+    """``tau`` per row of ``n_valid`` maskable tokens: MLM's exact count. The first row with a negative
     visit, or with ``K * tau > n`` without the masker's ``allow_short_rows``, is refused in one line (naming
     ``masking.num_masks`` for the budget); with it, FE mode's rule for short rows (module doc)."""
     k_all, resolved = int(masker.cfg.num_masks), masker.resolve_ratio(ratio)
@@ -90,10 +90,9 @@ def visit_budgets(masker: Any, n_valid: torch.Tensor, ratio: float | None = None
             f"of tau={tau_row} need {k_all * tau_row}; allowed: num_masks <= {n_row // max(tau_row, 1)} at "
             f"masking.ratio={resolved} (or longer rows)"
         )
-    short = n_valid < k_all
     if not masker.allow_short_rows:
-        return tau, torch.zeros_like(short)
-    return torch.where(short, n_valid.clamp(max=1), torch.minimum(tau, n_valid // k_all)), short
+        return tau
+    return torch.where(n_valid < k_all, n_valid.clamp(max=1), torch.minimum(tau, n_valid // k_all))
 
 
 def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, visit: int,
@@ -109,7 +108,7 @@ def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, v
     ids = input_ids.reshape(1, -1).long()
     valid = masker.valid_mask(ids) if valid is None else valid.reshape(1, -1).bool()
     visits = torch.tensor([int(visit)])
-    tau, _ = visit_budgets(masker, valid.sum(dim=1), ratio, visits)
+    tau = visit_budgets(masker, valid.sum(dim=1).cpu(), ratio, visits)
     wid = None if word_ids is None else word_ids.reshape(1, -1)
     return _selection(masker, ids, valid, tau, np.array([int(key)]), visits, seed, wid)[0]
 
@@ -143,7 +142,7 @@ def mask_visits(masker: Any, input_ids: torch.Tensor, keys: Sequence[int] | torc
     cfg = masker.cfg
     if masker.allow_short_rows:  # FE mode's count: a row with fewer maskable tokens than K, per visit
         masker.short_rows += int((n_valid < int(cfg.num_masks)).sum())
-    tau, _ = visit_budgets(masker, n_valid, ratio, visits_t)
+    tau = visit_budgets(masker, n_valid, ratio, visits_t)
     sel = _selection(masker, input_ids, valid, tau, keys_np, visits_t, seed, word_ids)
     inputs, labels = _replace(masker, input_ids, sel, mix_seeds(seed, keys_np, visits_t.numpy(), STREAM_VISIT))
     device = input_ids.device

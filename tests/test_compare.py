@@ -183,9 +183,7 @@ def test_a_folder_written_with_four_decimals_is_compared_at_four() -> None:
     assert same_loss("6.8301", "6.830162345678901")[0] is False
 
 
-def test_report_help_documents_compare() -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "femlm.cli", "report", "--help"], capture_output=True, text=True,
-                          env=env, timeout=120)
-    assert done.returncode == 0 and "--compare COMMITTED NEW" in done.stdout and "exits 0 only" in done.stdout
+def test_report_help_documents_compare(cli_in_process) -> None:
+    done = cli_in_process("report", "--help")
+    assert done.code == 0 and "--compare COMMITTED NEW" in done.stdout and "exits 0 only" in done.stdout
 

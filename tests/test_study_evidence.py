@@ -18,7 +18,7 @@ from femlm.study.verdicts import FAVOURS, Comparison, adjust, says
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
 CONF = REPO / "femlm" / "conf"
-STUDIES = sorted(p.parent for p in RESULTS.glob("*/comparisons.csv"))
+STUDIES = headlines.study_folders(REPO)  # the committed studies (smoke runs' folders left out)
 
 
 def table_rows(text: str) -> list[list[str]]:

@@ -120,7 +120,7 @@ def write_headlines(readme: Path, root: Path) -> bool:
              "not stored, read only where its 95% interval is at the family's adjusted level; *favours/against FE* "
              "only for an FE arm against MLM on an outcome. Notes, caveats and the exploratory comparisons: each "
              "study's README._", ""]
-    for folder in sorted(p.parent for p in (root / "results").glob("*/comparisons.csv")):
+    for folder in study_folders(root):
         block += study_lines(folder, root)
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
@@ -167,6 +167,12 @@ def update_block(path: Path, plan: dict[str, Any], out: Path) -> bool:
     old, tail = rest.split(end, 1)
     path.write_text(head + study_block(plan, out, old) + tail)
     return True
+
+
+def study_folders(root: Path) -> list[Path]:
+    """The study result folders under `root`/results (those with a comparisons.csv), smoke runs' folders left out
+    (`<name>-smoke`: git-ignored, made by `make study-*-smoke`)."""
+    return sorted(p.parent for p in (root / "results").glob("*/comparisons.csv") if not p.parent.name.endswith("-smoke"))
 
 
 def refresh(plan: dict[str, Any], out: Path, evidence: Path | None, top: Path | None) -> list[Path]:

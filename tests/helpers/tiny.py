@@ -99,9 +99,9 @@ def patch_blocks(n_train: int = 96, n_val: int = 24, seed: int = 0) -> None:
 
 
 def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, seed: int = 0,
-              word_starts: torch.Tensor | None = None, **runtime: Any) -> Any:
+              word_starts: torch.Tensor | None = None, dropout: float = 0.0, **runtime: Any) -> Any:
     """A PretrainCore over a 2-layer, 32-wide model without dropout (so two cores built alike take identical
-    steps) on synthetic 32-token blocks, batch 8; `masking`: a MaskingConfig (default mlm_subword) with its
+    steps; `dropout`: the attention dropout) on synthetic 32-token blocks, batch 8; `masking`: a MaskingConfig (default mlm_subword) with its
     `word_starts` table (whole-word, span), `runtime`: RuntimeConfig keys (precision defaults to fp32, so the machine's `auto` choice never enters a test)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -113,7 +113,7 @@ def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, 
     arch = {k: v for k, v in TINY_ARCH.items() if k != "model_type"}
     extra = {"pad_token_id": 1} if model_type == "roberta" else {}
     config = AutoConfig.for_model(model_type, vocab_size=99, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=0.0, **arch, **extra)
+                                  attention_probs_dropout_prob=dropout, **arch, **extra)
     torch.manual_seed(seed)
     model = AutoModelForMaskedLM.from_config(config)
     masker = build_masker(masking or MaskingConfig(), mask_token_id=4, vocab_size=99, special_ids=[0, 1, 2, 3, 4],

@@ -23,7 +23,8 @@ its output.
   (less what communication costs). The MFU is MEASURED where `make gpu-check` has measured that card with the
   current training step (`measured_mfu`: the newest committed results/gpu/<card>-<date>/results.json of that card
   whose `step_version` is STEP_VERSION or later, at the row of the same sequence length and the nearest batch,
-  compiled or eager as `runtime.compile` says); elsewhere it is `runtime.assumed_mfu`, printed as an assumption.
+  compiled or eager as `runtime.compile` says; its block-timed MFU where the record has one); elsewhere it is
+  `runtime.assumed_mfu`, printed as an assumption.
   results/gpu is found beside the package, i.e. in the repository checkout femlm runs from (an editable install);
   femlm installed as a wheel has no results/gpu beside it, so its dry runs use the assumption for every card.
 * Memory calibration (results/gpu/nvidia-h100-80gb-hbm3-2026-11-26, torch 2.11 on one H100, bf16): eager steps
@@ -135,14 +136,16 @@ def measured_mfu(gpu: str, seq: int, batch: int, compiled: bool, root: Path = RE
         if gpu_key(record.get("card", "")) != gpu:
             continue
         rows = [r for r in record.get("bench", []) if r.get("seq") == seq and bool(r.get("compile")) == compiled
-                and r.get("arm", "mlm") == "mlm" and r.get("mfu")]
+                and r.get("arm", "mlm") == "mlm" and (r.get("mfu_block") or r.get("mfu"))]
         if rows:
             records.append((str(record.get("date", "")), path.parent.name, record, rows))
     if not records:
         return None
     _, name, record, rows = max(records, key=lambda r: (r[0], r[1]))
     row = min(rows, key=lambda r: (abs(r["batch"] - batch), -r["batch"]))
-    return MeasuredMfu(float(row["mfu"]), name, int(row["batch"]), seq, compiled, record.get("commit"))
+    # block-timed (one sync per block, as the training loop runs) where the record has it (issue 46 on)
+    return MeasuredMfu(float(row.get("mfu_block") or row["mfu"]), name, int(row["batch"]), seq, compiled,
+                       record.get("commit"))
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def run(core, evaluate: bool = True) -> None:  # noqa: ANN001
             core.evaluate(eval_set(core))
 
 
-@pytest.mark.parametrize("sparse", [True, False], ids=["sparse-layer", "dense"])
+@pytest.mark.parametrize("sparse", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["sparse-layer", "dense"])
 def test_every_attention_call_of_the_compiled_step_runs_fused_under_the_graphs_own_context(
         monkeypatch: pytest.MonkeyPatch, sparse: bool) -> None:
     rec, core = compiled_step(monkeypatch, sparse)

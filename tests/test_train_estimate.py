@@ -247,6 +247,7 @@ def test_fused_kernels_let_256_x_512_train_in_one_micro_batch_on_an_h200(monkeyp
     h200 = 143771 * 2**20 / GIB  # nvidia-smi's memory of the H200 (results/gpu/nvidia-h200-2026-11-27)
     assert gib(fused) < 0.5 * h200 < gib(auto)
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    from _gpu_rows import Config, micro_batches  # reads runtime=gpu's kernels from femlm/conf/runtime/gpu.yaml
+    # gpu-check's choice, which reads runtime=gpu's kernels from femlm/conf/runtime/gpu.yaml
+    from _gpu_rows import Config, micro_batches
 
     assert micro_batches(Config("scratch", 256, 512), True, 143771 * 2**20, smoke=False)[0] == 256

@@ -245,6 +245,7 @@ def main() -> int:
             rate = f"not available: {reason(err, 200)}"
         record["dropout"][name] = rate
         print(f"dropout applied, {name}: {rate if isinstance(rate, str) else f'{rate:.4f}'} (asked {P})", flush=True)
+        write(out, {**record, "wall_s": round(time.perf_counter() - start, 1)})  # a cut run keeps what it measured
     record["wall_s"] = round(time.perf_counter() - start, 1)
     write(out, record)
     print(f"attention probe done in {record['wall_s']:.0f} s; wrote {out}")

@@ -51,8 +51,8 @@ EXPECTED = {
     "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
                       r"--commit ", False),
     # issue 46's prepared GPU call: the probe, then gpu-check's 48 x 512 and study rows, into one folder
-    "gpu_window.sh": (r"attention probe done in .*\n(.*\n)*\[continual b=4 L=64 eager\] block timing (.*\n)*"
-                      r"\[study b=16 L=64 fe_subword eager\] tokens/s (.*\n)*gpu-check ok in (.*\n)*"
+    "gpu_window.sh": (r"attention probe done in .*\n(.*\n)*\[study b=16 L=64 fe_subword eager\] tokens/s (.*\n)*"
+                      r"\[continual b=4 L=64 eager\] block timing (.*\n)*gpu-check ok in (.*\n)*"
                       r"gpu window: \d+ s, exit status 0; wrote \S+-\d{4}-\d\d-\d\d", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),
     "span_stats.py": (r"FE-span K=8 r=0.125 ", True),

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from femlm.errors import UserError
@@ -50,7 +51,7 @@ class Recorder:
         def keep(kind: str):  # noqa: ANN202
             def compiler(gm: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
                 self.aot[kind].append(gm)
-                return gm.forward
+                return make_boxed_func(gm.forward)
             return compiler
 
         self._aot = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))

@@ -128,7 +128,7 @@ def dispatched(kernels: AttentionKernels, training: bool, device: Any, dtype: An
     try:
         with kernels.context(training):
             choice = torch._fused_sdp_choice(q, k, k, None, dropout if training else 0.0, False)
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         return "none"
     name = SDPBackend(choice).name
     return _NAME.get(name, name.lower())
@@ -141,11 +141,11 @@ def attention_record(kernels: AttentionKernels, config: Any, device: Any, dtype:
     per row, None without one) under bf16/fp16 autocast (`dtype`) or fp32 (None)."""
     import torch
 
-    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    heads, hidden = (int(getattr(config, k, 0) or 0) for k in ("num_attention_heads", "hidden_size"))
     record: dict[str, Any] = {**kernels.describe(), "attention_dropout": dropout}
-    if not heads:
+    if not heads or hidden < heads:  # a config without the usual names: nothing to ask torch
         return {**record, "dispatched": None}
-    head_dim, dtype, p = int(config.hidden_size) // heads, dtype or torch.float32, dropout or 0.0
+    head_dim, dtype, p = hidden // heads, dtype or torch.float32, dropout or 0.0
 
     def kernel(training: bool, queries: int) -> str:
         return dispatched(kernels, training, device, dtype, rows, heads, queries, seq, head_dim, p)

@@ -17,6 +17,7 @@ from typing import Any
 
 import _common  # noqa: F401 (puts the repository and tests/ on sys.path)
 import torch
+from _timing import ops_text
 
 from femlm.train.estimate import GPU_PEAK_BF16, gpu_key
 
@@ -131,13 +132,14 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
-def fresh_dir(base: Path) -> Path:
-    """`base`, or base-2, base-3... when an earlier run holds it: a run never overwrites another's results."""
+def fresh_dir(base: Path, owner: str) -> Path:
+    """`base`, or base-2, base-3... when an earlier run's `owner` file is there: a run never overwrites another's
+    results (gpu_check.py's results.json and attention_probe.py's files share a <card>-<date> folder)."""
     out, n = base, 1
-    while out.exists():
+    while (out / owner).exists():
         n += 1
         out = base.with_name(f"{base.name}-{n}")
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -210,27 +212,49 @@ def loss_agreement(device: str, steps: int) -> dict[str, Any]:
             "max_rel_diff": worst, "tolerance": BF16_REL_TOL, "agree": worst <= BF16_REL_TOL}
 
 
+def _num(value: Any, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "—"
+
+
 def markdown(record: dict[str, Any]) -> str:
-    """The short table committed beside results.json."""
+    """The short tables committed beside results.json."""
+    sheet = record.get("peak_label", "?")
+    matmul = record.get("matmul_flops")
     lines = [f"# gpu-check: {record['card']} ({record['date']})", "",
              f"torch {record['torch']}, CUDA {record['cuda']}, transformers {record.get('transformers', '?')}; "
-             f"commit {record.get('commit', '?')}, step_version {record.get('step_version', '?')}; "
-             f"peak: {record['peak_label']}", "",
+             f"commit {record.get('commit', '?')}, step_version {record.get('step_version', '?')}; TF32 "
+             f"{record.get('tf32')}; femlm runtime {record.get('femlm_runtime')}; peak: {sheet}; measured bf16 matrix "
+             f"rate: {f'{matmul / 1e12:.3g}' if matmul else '—'} TFLOP/s", "",
              f"CUDA tests: {record['tests'].get('summary') or record['tests']['status']}", "",
-             "Tokens/s are steady-state (steps that compiled nothing); compile seconds, graphs and recompiles "
-             "apart; syncs: femlm's host syncs per step that reads no device value.", "",
-             "| configuration | mode | femlm tok/s | HF tok/s | ratio | MFU femlm | MFU HF | femlm graphs / "
-             "recompiles / compile s | HF graphs / recompiles / compile s | syncs/step | peak mem GiB | "
-             "estimate GiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"Tokens/s are steady-state (steps that compiled nothing): timed in blocks of {record.get('block', '?')} "
+             "steps with one sync per block (as the training loop runs), and per step with a sync after each "
+             "(in brackets: the earlier records' method). HF: Trainer under its own defaults; HF + femlm attention: "
+             "the same with femlm's attention kernels (benchmarks/_hf.py). MFU: model FLOPs against the data sheet "
+             "and against the measured matrix rate. syncs: femlm's host syncs per step that reads no device value.", "",
+             "| configuration | mode | femlm tok/s | HF tok/s | HF + femlm attention tok/s | femlm / HF | femlm / "
+             "(HF + femlm attention) | MFU sheet | MFU measured rate | HF MFU sheet | femlm graphs / recompiles / "
+             "compile s | HF compile s (+ femlm attention) | syncs/step | peak mem GiB | estimate GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in record["bench"]:
-        mfu = [f"{row[k]:.3f}" if row.get(k) is not None else "—" for k in ("mfu", "hf_mfu")]
-        mem = f"{row['peak_gib']:.3g}" if row.get("peak_gib") else "—"
-        syncs = f"{row['syncs_per_step']:.1f}" if row.get("syncs_per_step") is not None else "—"
         mode = "compiled" if row["compile"] else "eager"
-        lines.append(f"| {label(row)} | {mode} | {row['femlm']:.0f} | {row['hf']:.0f} | {row['ratio']:.2f} | "
-                     f"{mfu[0]} | {mfu[1]} | {row['graphs']} / {row['recompiles']} / {row['compile_s']:.1f} | "
-                     f"{row['hf_graphs']} / {row['hf_recompiles']} / {row['hf_compile_s']:.1f} | {syncs} | "
-                     f"{mem} | {row['estimate_gib']:.3g} |")
+        syncs = f"{row['syncs_per_step']:.1f}" if row.get("syncs_per_step") is not None else "—"
+        mem = f"{row['peak_gib']:.3g}" if row.get("peak_gib") else "—"
+        lines.append(
+            f"| {label(row)} | {mode} | {_num(row.get('femlm_block'))} ({_num(row['femlm'])}) | "
+            f"{_num(row.get('hf_block'))} ({_num(row['hf'])}) | {_num(row.get('hf_fused_block'))} | "
+            f"{_num(row.get('ratio_block'), 2)} ({_num(row['ratio'], 2)}) | {_num(row.get('ratio_fused_block'), 2)} | "
+            f"{_num(row.get('mfu_block'), 3)} ({_num(row.get('mfu'), 3)}) | {_num(row.get('mfu_block_matmul'), 3)} | "
+            f"{_num(row.get('hf_mfu_block'), 3)} | {row['graphs']} / {row['recompiles']} / {row['compile_s']:.1f} | "
+            f"{row['hf_compile_s']:.1f} (+{row.get('hf_fused_compile_s', 0.0):.1f}) | {syncs} | {mem} | "
+            f"{row['estimate_gib']:.3g} |")
+    lines += best_lines(record["bench"])
+    lines += ["", "Attention operators of one profiled step per side (torch.profiler; fused kernels, `bmm`, fp32 GEMM "
+              "kernels), and the kernel torch dispatches for femlm at the row's shapes:", "",
+              "| configuration | mode | femlm | HF | HF + femlm attention | femlm dispatch |", "|---|---|---|---|---|---|"]
+    for row in record["bench"]:
+        dispatch = (row.get("attention") or {}).get("dispatched")
+        lines.append(f"| {label(row)} | {'compiled' if row['compile'] else 'eager'} | {ops_text(row.get('femlm_ops'))} "
+                     f"| {ops_text(row.get('hf_ops'))} | {ops_text(row.get('hf_fused_ops'))} | {dispatch} |")
     if record.get("complete") is False:
         lines += ["", "INCOMPLETE: the run had not reached its end when this was written (rows so far)."]
     agree = record["agreement"]
@@ -243,6 +267,29 @@ def markdown(record: dict[str, Any]) -> str:
     if record["skipped"]:
         lines += ["", "Skipped:"] + [f"- {s}" for s in record["skipped"]]
     return "\n".join(lines) + "\n"
+
+
+def _best(rows: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return max(values) if values else math.nan
+
+
+def best_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per BERT-base MLM shape: femlm's best mode against HF's best under its own defaults and HF's best with
+    femlm's attention kernels (block timing; the modes this record measured)."""
+    shapes = sorted({(r["batch"], r["seq"]) for r in rows if r.get("arm", "mlm") == "mlm"}, reverse=True)
+    if not shapes:
+        return []
+    out = ["", "Best of the modes measured (block timing): femlm against HF under its own defaults and HF with "
+           "femlm's attention kernels:", ""]
+    for batch, seq in shapes:
+        same = [r for r in rows if r.get("arm", "mlm") == "mlm" and (r["batch"], r["seq"]) == (batch, seq)]
+
+        femlm, hf, fused = (_best(same, key) for key in ("femlm_block", "hf_block", "hf_fused_block"))
+        modes = "/".join(sorted({"compiled" if r["compile"] else "eager" for r in same}))
+        out.append(f"- {batch} x {seq} ({modes}): femlm {_num(femlm)} tok/s, {_num(femlm / hf, 2)}x HF's best "
+                   f"({_num(hf)}), {_num(femlm / fused, 2)}x HF's best with femlm's attention ({_num(fused)})")
+    return out
 
 
 def label(row: dict[str, Any]) -> str:

@@ -50,6 +50,8 @@ from femlm.train.config import TrainerConfig  # noqa: E402
 from femlm.train.core import PretrainCore  # noqa: E402
 from femlm.train.distributed import DistInfo  # noqa: E402
 from femlm.train.flops import flop_counts, measured_matmul_flops  # noqa: E402
+from _hf import LR, WARMUP, hf_trainer  # noqa: E402,I001
+from _timing import Schedule, profiled  # noqa: E402
 
 
 @dataclass
@@ -73,17 +75,16 @@ SHAPES = {
     # --smoke: every code path in seconds, no meaningful figure (tests/test_benchmarks.py runs it).
     "smoke": Shape("smoke", 1, 32, 2, 64, 512, 4, 32),
 }
-LR, WARMUP = 5e-4, 0.1
 
 
-def build_model(shape: Shape) -> torch.nn.Module:
+def build_model(shape: Shape, attn_implementation: str = "sdpa") -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     torch.manual_seed(0)
     config = AutoConfig.for_model("bert", vocab_size=shape.vocab, hidden_size=shape.hidden,
                                   num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                                   intermediate_size=shape.intermediate, max_position_embeddings=512)
-    return AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+    return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)
 
 
 def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,
@@ -93,46 +94,23 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
     timing waits for the GPU, and `femlm_peak_bytes` is femlm's peak memory: its model and optimizer states plus
     the most its step held at once (HF's model, resident beside it, excluded). `compile_hf`: TrainingArguments'
     torch_compile (--compile compiles femlm's side only). `gpu`: benchmarks/gpu_check.py's options (masking arm,
-    micro-batches, HF's DataLoader workers, a probe around each step); None: this script's own runs. The result
-    also holds each side's per-step seconds (`femlm_times`, `hf_times`, warm-up included)."""
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
+    micro-batches, HF's DataLoader workers and attention, block timing, a profiled step, a probe around each step,
+    one side alone); None: this script's own runs. The result also holds each side's per-step seconds of the synced
+    steps (`femlm_times`, `hf_times`, warm-up included), its timed blocks (`*_blocks`: first step, last step,
+    seconds) and the attention operators of its profiled step (`*_ops`)."""
+    from transformers import TrainerCallback
 
     gpu = gpu or GpuOptions()
+    sched = Schedule(warmup, steps, gpu.block, gpu.profile)
+    total = sched.total
     tokenizer = tiny_tokenizer(workdir / f"tok_{shape.name}", words=shape.vocab - 5)
     assert len(tokenizer) == shape.vocab
-    total = steps + warmup
     blocks = synthetic_blocks(shape.batch * total * 2, shape.seq, shape.vocab, seed=0)
-    model = build_model(shape)
+    model = build_model(shape, gpu.hf_attention or "sdpa")
     counts = flop_counts(model)
-
-    # (a) femlm: the PretrainCore that run_pretrain drives
-    masking = gpu.masking or MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15)
-    masker = build_masker(masking, tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
-    tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
-    runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed,
-                            micro_batch_size=gpu.femlm_micro, **gpu.runtime)
     cuda = torch.device(device).type == "cuda"
-    core = PretrainCore(copy.deepcopy(model), masker, blocks, tcfg, runtime, seed=0,
-                        dist=DistInfo(device=torch.device(device)))
-    if gpu.probe is not None:
-        gpu.probe.start(core, total)
-
-    # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
-    special = [[int(t in (tokenizer.cls_token_id, tokenizer.sep_token_id)) for t in row] for row in blocks.tolist()]
-    dataset = hf_dataset(blocks.tolist(), special)
-    collator = DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm_probability=0.15)
-    log_every = max(1, total // 2)
-    hf_micro = gpu.hf_micro or shape.batch
-    args = TrainingArguments(output_dir=str(workdir / f"hf_{shape.name}"), max_steps=total,
-                             per_device_train_batch_size=hf_micro,
-                             gradient_accumulation_steps=shape.batch // hf_micro, learning_rate=LR,
-                             weight_decay=0.01,
-                             adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6, max_grad_norm=1.0,
-                             warmup_steps=int(WARMUP * total), lr_scheduler_type="linear", logging_steps=log_every,
-                             save_strategy="no", report_to="none", use_cpu=not cuda, seed=0, disable_tqdm=True,
-                             dataloader_num_workers=gpu.hf_workers, bf16=precision == "bf16",
-                             torch_compile=compile_hf)  # group_by_length / length sampling: off (default)
-    times: dict[str, list[float]] = {"femlm": [], "hf": []}
+    times: dict[str, Any] = {"femlm": [], "hf": [], "femlm_blocks": [], "hf_blocks": [], "femlm_ops": {},
+                             "hf_ops": {}}
     femlm_stats: list[Any] = []  # read after the run: a read of a device value would wait for the GPU
     peak = [0]
 
@@ -140,57 +118,106 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
         if cuda:
             torch.cuda.synchronize(device)
 
-    def femlm_step(step: int) -> None:
-        if cuda:
+    # (a) femlm: the PretrainCore that run_pretrain drives
+    core = None
+    if gpu.femlm:
+        masking = gpu.masking or MaskingConfig(name="mlm_bernoulli", count="bernoulli", ratio=0.15)
+        masker = build_masker(masking, tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids)
+        tcfg = TrainerConfig(batch_size=shape.batch, max_steps=total, lr=LR, warmup_ratio=WARMUP)
+        runtime = RuntimeConfig(precision=precision, compile=compile_femlm, keep_freed_memory=keep_freed,
+                                micro_batch_size=gpu.femlm_micro, **gpu.runtime)
+        same = copy.deepcopy(model) if gpu.hf_attention is None else build_model(shape)  # the same weights
+        core = PretrainCore(same, masker, blocks, tcfg, runtime, seed=0, dist=DistInfo(device=torch.device(device)))
+    if gpu.probe is not None:
+        gpu.probe.start(core, total)
+
+    def femlm_step(step: int, wait: bool = True, timed: bool = True) -> None:
+        """One femlm step; `wait`: synchronised, its seconds and peak memory recorded when `timed`."""
+        if core is None:
+            return
+        if cuda and wait:
             before = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
+        done = sync if wait else (lambda: None)
         if gpu.probe is not None:
-            stats = gpu.probe.femlm_step(core, step, sync)
+            stats = gpu.probe.femlm_step(core, step, done)
         else:
             stats = core.step(step)
-            sync()
-        times["femlm"].append(time.perf_counter() - start)
-        if cuda and step > warmup:  # the step's own peak on top of what was resident + states
+            done()
+        if wait and timed:
+            times["femlm"].append(time.perf_counter() - start)
+        if cuda and wait and timed and step > warmup:  # the step's own peak on top of what was resident + states
             peak[0] = max(peak[0], torch.cuda.max_memory_allocated(device) - before + state_bytes(core))
         femlm_stats.append(stats)
 
+    def femlm_at(step: int) -> None:
+        """femlm's share of HF step `step` (or of step `step` alone): one synced step, a block, or the profile."""
+        phase, first = sched.phase(step), sched.block_start(step)
+        if phase == "block" and first is not None and core is not None:
+            start = time.perf_counter()
+            for s in range(first, step + 1):
+                femlm_step(s, wait=False)
+            sync()
+            times["femlm_blocks"].append((first, step, time.perf_counter() - start))
+        elif phase == "profile" and core is not None:
+            with profiled(cuda, times["femlm_ops"]):
+                femlm_step(step, timed=False)
+        elif phase in ("warmup", "synced"):
+            femlm_step(step)
+
     class Interleave(TrainerCallback):
         mark = 0.0
+        prof: Any = None
 
         def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
             self.mark = time.perf_counter()
 
+        def on_step_begin(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
+            if sched.phase(state.global_step + 1) == "profile":
+                self.prof = profiled(cuda, times["hf_ops"])
+                self.prof.__enter__()
+
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001, ANN003, ANN201
-            sync()
-            times["hf"].append(time.perf_counter() - self.mark)
+            step = state.global_step
+            phase, first = sched.phase(step), sched.block_start(step)
             if gpu.probe is not None:
-                gpu.probe.hf_done(state.global_step)
-            femlm_step(state.global_step)
+                gpu.probe.hf_done(step)
+            if phase == "block" and first is None:
+                return  # inside a block: no wait, the next HF step follows
+            sync()
+            elapsed = time.perf_counter() - self.mark
+            if phase == "profile":
+                self.prof.__exit__(None, None, None)
+            elif phase == "block":
+                times["hf_blocks"].append((first, step, elapsed))
+            else:
+                times["hf"].append(elapsed)
+            femlm_at(step)
             self.mark = time.perf_counter()
 
+    # (b) HF: Trainer + DataCollatorForLanguageModeling, as examples/pytorch/language-modeling/run_mlm.py
     hf_losses = []
     if gpu.hf:
-        trainer = Trainer(model=copy.deepcopy(model), args=args, train_dataset=dataset, data_collator=collator,
-                          callbacks=[Interleave()])
-        from transformers.trainer_callback import PrinterCallback
-
-        trainer.remove_callback(PrinterCallback)  # its per-log prints are not part of the comparison
+        trainer = hf_trainer(copy.deepcopy(model), tokenizer, blocks, workdir / f"hf_{shape.name}",
+                             batch=shape.batch, micro=gpu.hf_micro or shape.batch, steps=total, precision=precision,
+                             cuda=cuda, compile_model=compile_hf, workers=gpu.hf_workers, callbacks=[Interleave()])
         trainer.train()
         hf_losses = [(r["step"], r["loss"]) for r in trainer.state.log_history if "loss" in r and "step" in r]
-    else:  # femlm alone (gpu_check's FE rows: HF has no such arm)
+    else:  # femlm alone (gpu_check's FE and study rows: HF has no such arm)
         for step in range(1, total + 1):
-            femlm_step(step)
-    if hasattr(core, "close"):  # the batch producer's thread (issue 36's core)
-        core.close()
+            femlm_at(step)
+    if core is not None:
+        core.close()  # the batch producer's thread
     femlm_losses = [stats.loss for stats in femlm_stats]
     femlm_predicted = [stats.masked_tokens for stats in femlm_stats]
 
     tokens = shape.batch * shape.seq
-    fem_s = sum(times["femlm"][warmup:]) / steps
+    fem_s = sum(times["femlm"][warmup:]) / steps if times["femlm"] else math.nan
     hf_s = sum(times["hf"][warmup:]) / steps if times["hf"] else math.nan
-    predicted = sum(femlm_predicted[warmup:]) / steps
-    sparse_last = core.objective.last_layer is not None
+    measured = femlm_predicted[warmup:warmup + steps]
+    predicted = sum(measured) / steps if measured else 0.15 * tokens
+    sparse_last = core is not None and core.objective.last_layer is not None
     model_flops = counts.per_step(shape.batch, shape.seq, int(predicted))  # the same for both sides
     fem_executed = counts.per_step(shape.batch, shape.seq, int(predicted), sparse_last_layer=sparse_last)
     hf_executed = counts.per_step(shape.batch, shape.seq, tokens)
@@ -198,12 +225,14 @@ def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, work
            "hf_mfu": model_flops / hf_s / matmul_flops, "hfu": fem_executed / fem_s / matmul_flops,
            "hf_hfu": hf_executed / hf_s / matmul_flops, "predicted": predicted, "femlm_peak_bytes": peak[0],
            "femlm_times": times["femlm"], "hf_times": times["hf"], "model_flops": model_flops,
-           "femlm_executed_flops": fem_executed}
+           "femlm_executed_flops": fem_executed, **{k: times[k] for k in
+                                                    ("femlm_blocks", "hf_blocks", "femlm_ops", "hf_ops")},
+           "attention": core.attention_record() if core is not None else None}
     out["ratio"] = out["femlm"] / out["hf"]
     prefix = f"[{shape.name} b={shape.batch} L={shape.seq}]"
     print(f"{prefix} step s femlm={fem_s:.3f} hf={hf_s:.3f} (mean of {steps} after {warmup} warm-up)")
     start = 0
-    for step, loss in hf_losses:  # HF logs the mean over its logging window; compare the same window
+    for step, loss in hf_losses if core is not None else []:  # HF logs the mean over its logging window
         mine = sum(femlm_losses[start:step]) / (step - start)
         print(f"{prefix} loss steps {start + 1}-{step} femlm={mine:.4f} hf={loss:.4f}")
         start = step
@@ -225,29 +254,11 @@ class GpuOptions:
     hf_workers: int = 0  # HF's dataloader_num_workers
     probe: Any = None  # start(core, steps), femlm_step(core, step, sync) -> stats, hf_done(step)
     hf: bool = True  # False: femlm's steps alone (no HF side; its figures are NaN)
+    femlm: bool = True  # False: HF's steps alone (no femlm side; its figures are NaN)
+    hf_attention: str | None = None  # HF's attn_implementation (None: sdpa; _hf.femlm_attention's name)
+    block: int = 1  # > 1: after the synced steps as many again, timed in blocks of this many (_timing.Schedule)
+    profile: bool = False  # one more step per side under torch.profiler: its attention operators
     runtime: dict[str, Any] = field(default_factory=dict)  # more runtime keys (gpu_check: runtime=gpu's)
-
-
-class _Rows(torch.utils.data.Dataset):
-    """HF's training rows without the `datasets` package (a GPU machine may lack it): dicts of Python lists."""
-
-    def __init__(self, ids: list[list[int]], special: list[list[int]]) -> None:
-        self.ids, self.special = ids, special
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, list[int]]:
-        return {"input_ids": self.ids[i], "special_tokens_mask": self.special[i]}
-
-
-def hf_dataset(ids: list[list[int]], special: list[list[int]]) -> Any:
-    """A `datasets.Dataset` as run_mlm.py uses where the package is installed, else the same rows as _Rows."""
-    try:
-        from datasets import Dataset
-    except ImportError:
-        return _Rows(ids, special)
-    return Dataset.from_dict({"input_ids": ids, "special_tokens_mask": special})
 
 
 def state_bytes(core: PretrainCore) -> int:

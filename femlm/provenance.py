@@ -5,7 +5,8 @@ results.json embeds are the same JSON):
 
 - a pre-training checkpoint (`checkpoints/step_<N>/`, `checkpoints/final/`): `pretrain_record`
   `{"kind": "pretrain", "command", "masking", "strategy", "granularity", "num_masks", "domain", "model", "step",
-  "max_steps", "equal_compute", "precision", "run_dir", "init_from", "attn_implementation", "prediction"}`;
+  "max_steps", "equal_compute", "precision", "tf32", "run_dir", "init_from", "attn_implementation", "prediction"}`
+  (`tf32`: fp32 matmuls on TF32 tensor cores, runtime.tf32; null off CUDA and in records older than issue 46);
 - a fine-tuned classifier (`finetune.save_model=true`: `seed_<s>/model/`): `finetune_record`
   `{"kind": "finetune", "task", "seed", "checkpoint", "best_epoch", "max_length", "pretrain": <its checkpoint's
   record or null>}`.

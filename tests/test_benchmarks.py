@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+BENCHMARKS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_")) + \
+    [REPO / "benchmarks" / "gpu_window.sh"]
 MIRROR = REPO.parent / "shared" / "data"
 # script -> (a pattern its output must contain, whether it reads the data mirror)
 EXPECTED = {
@@ -30,16 +31,30 @@ EXPECTED = {
     "bench_study.py": (r"estimate.seconds: \{train_row: .*head_row: .*ft_train_example_aclarc: .*gradient_row: ",
                        True),
     "bench_train.py": (r"tokens/s femlm=\d+ hf=\d+ ratio=", False),
-    "gpu_check.py": (r"plan: \[continual b=4 L=64 eager\] .*\n(.*\n)*"
+    "attention_probe.py": (r"\[compiled, torch's automatic choice\] step .* bmm x\d+, fused forward x\d+ backward x\d+ "
+                           r"for 2 layers(.*\n)*\[eager, flash forced\] (.*\n)*dropout applied, eager math: 0\.\d+ "
+                           r"\(asked 0\.1\)(.*\n)*attention probe done in ", False),
+    "gpu_check.py": (r"TF32: runtime.tf32=True as runtime=gpu sets it.*\n(.*\n)*"
+                     r"  plan: \[continual b=4 L=64 eager\] .*\n(.*\n)*"
                      r"losses cpu bf16 vs cpu fp32 .* agree: yes\n(.*\n)*"  # before the benchmark: a cut run keeps it
-                     r"\[continual b=4 L=64 eager\] graphs=0 recompiles=0 compile_s=\S+\n(.*\n)*"
+                     r"\[continual b=4 L=64 eager\] graphs=0 recompiles=0 compile_s=\S+\n"
+                     r"\[continual b=4 L=64 eager\] hf graphs=0 .*; hf with femlm's kernels compile_s=\S+\n"
                      r"\[continual b=4 L=64 eager\] host syncs: \S+ per step .*\n"
-                     r"\[continual b=4 L=64 eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+ .*\n(.*\n)*"
+                     r"\[continual b=4 L=64 eager\] tokens/s femlm=\d+ hf=\d+ ratio=\S+ mfu=\S+ .*\n"
+                     r"\[continual b=4 L=64 eager\] block timing \(2 steps per sync\): tokens/s femlm=\d+ hf=\d+ "
+                     r"hf_femlm_attention=\d+ .*\n"
+                     r"\[continual b=4 L=64 eager\] attention ops \(profiled step\): femlm: .*bmm x\d+.*; hf: .*bmm.*; "
+                     r"hf with femlm's kernels: .*bmm.*\n(.*\n)*"
                      r"\[scratch b=8 L=64 \(femlm micro 4, HF micro 4\) eager\] tokens/s (.*\n)*"
                      r"\[fe_k4 b=4 L=64 fe_k4 eager\] tokens/s (.*\n)*"
-                     r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*gpu-check ok in ", False),
+                     r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*"
+                     r"\[study b=16 L=64 fe_passes_subword eager\] block timing (.*\n)*gpu-check ok in ", False),
     "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
                       r"--commit ", False),
+    # issue 46's prepared GPU call: the probe, then gpu-check's 48 x 512 and study rows, into one folder
+    "gpu_window.sh": (r"attention probe done in .*\n(.*\n)*\[study b=16 L=64 fe_subword eager\] tokens/s (.*\n)*"
+                      r"\[continual b=4 L=64 eager\] block timing (.*\n)*gpu-check ok in (.*\n)*"
+                      r"gpu window: \d+ s, exit status 0; wrote \S+-\d{4}-\d\d-\d\d", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),
     "span_stats.py": (r"FE-span K=8 r=0.125 ", True),
     "wholeword_law.py": (r"FE new: p=.* P\(conflict\)=\S+ (.*\n)*timing, \d+ rows, K 6: old ", True),
@@ -51,8 +66,9 @@ def test_every_benchmark_has_a_smoke_check() -> None:
 
 
 # Smoke runs of 10 s or more (2 loaded cores) run in the slow tier (`make test-all`); docs/testing.md.
-SLOW = {"bench_compile.py", "bench_corpus.py", "bench_data.py", "bench_masking.py", "bench_memory.py",
-        "bench_precision.py", "bench_study.py", "gpu_check.py", "paper_shapes.py", "span_stats.py", "wholeword_law.py"}
+SLOW = {"attention_probe.py", "bench_compile.py", "bench_corpus.py", "bench_data.py", "bench_masking.py",
+        "bench_memory.py", "bench_precision.py", "bench_study.py", "gpu_check.py", "gpu_window.sh", "paper_shapes.py",
+        "span_stats.py", "wholeword_law.py"}
 
 
 @pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p
@@ -66,7 +82,9 @@ def test_benchmark_smoke(script: Path, tmp_path: Path) -> None:
            "OMP_NUM_THREADS": "1", "FEMLM_BENCH_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     if MIRROR.is_dir():
         env["FEMLM_MIRROR"] = str(MIRROR)
-    proc = subprocess.run([sys.executable, str(script), "--smoke"], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=tmp_path)
+    command = ["bash", str(script)] if script.suffix == ".sh" else [sys.executable, str(script)]
+    if script.suffix == ".sh":
+        env.update(PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    proc = subprocess.run([*command, "--smoke"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"{script.name} --smoke failed:\n{proc.stderr[-3000:]}"
     assert re.search(pattern, proc.stdout), f"{script.name} --smoke printed:\n{proc.stdout[-3000:]}"

@@ -380,3 +380,36 @@ def test_finetune_and_evaluate_locate_each_checkpoint_once(checkpoint: Path, toy
     assert len(scored["checkpoints"]) == 2
     assert calls.count("locate") == 1 + 2 and len(calls) <= 1 + 2 * 2, calls
 
+
+
+def test_fine_tuning_steps_never_run_cudnn_with_attention_dropout(checkpoint: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime.sdpa_backend=auto and BERT's attention dropout 0.1: every attention call of a fine-tuning step runs
+    with cuDNN off (femlm/runtime/attention.py; enforced here on the CPU as on CUDA); scoring is untouched."""
+    import functools
+
+    import torch.nn.functional as F
+
+    from femlm.runtime.attention import plan_kernels
+
+    task = toy_task()
+    spec = label_spec(task)
+    tokenizer = BertTokenizer.from_pretrained(checkpoint)
+    train = encode(toy_sentiment()["train"], tokenizer, spec, 32, pair=False)
+    seen: list[tuple[bool, bool]] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args: Any, **kwargs: Any) -> torch.Tensor:
+        seen.append((torch.is_grad_enabled(), torch.backends.cuda.cudnn_sdp_enabled()))
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(loop, "plan_kernels", functools.partial(plan_kernels, enforce=True))
+    model, _ = load_classifier(resolve_classifier(str(checkpoint), ModelConfig(), None), spec, None)
+    assert model.config.attention_probs_dropout_prob > 0
+    recipe = loop.Recipe(epochs=1, lr=1e-3, batch_size=8, max_length=32, patience=None, warmup_ratio=0.0,
+                         weight_decay=0.0)
+    loop.train_seed(model, train, train, recipe, spec, "macro_f1", "macro_f1", 1, torch.device("cpu"),
+                    DataCollatorWithPadding(tokenizer), lambda **r: None, progress=False)
+    training, scoring = [c for g, c in seen if g], [c for g, c in seen if not g]
+    assert training and not any(training) and scoring and all(scoring)

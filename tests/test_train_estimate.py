@@ -228,3 +228,26 @@ def test_memory_estimate_matches_the_h100s_measured_peaks() -> None:
     assert len(ratios) == 4 and all(0.85 < r < 1.05 for r in ratios.values()), ratios
     uncalibrated = micro_batch_memory(shape, 16, 512, round(0.15 * 16 * 512), value_bytes=2)["total"]
     assert peaks[(16, 512, True)] / uncalibrated > 1.3
+
+
+def test_fused_kernels_let_256_x_512_train_in_one_micro_batch_on_an_h200(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime=gpu's fused kernels keep no attention probabilities, so the estimate, and gpu-check's micro-batch
+    choice from it, fit 256 x 512 BERT-base rows in one pass on an H200; torch's automatic choice (compiled) was
+    estimated with them kept, and the H200 record of 2026-11-27 ran 2 x 128."""
+    from transformers import AutoConfig
+
+    shape = model_shape(AutoConfig.for_model("bert", vocab_size=30522))
+    fused, auto = RuntimeConfig(compile=True, sdpa_backend=["flash", "efficient"]), RuntimeConfig(compile=True)
+    assert not keeps_attention_probabilities(fused) and keeps_attention_probabilities(auto)
+
+    def gib(runtime: RuntimeConfig) -> float:
+        return micro_batch_memory(shape, 256, 512, round(0.15 * 256 * 512), value_bytes=2,
+                                  fused_attention=not keeps_attention_probabilities(runtime))["total"] / GIB
+
+    h200 = 143771 * 2**20 / GIB  # nvidia-smi's memory of the H200 (results/gpu/nvidia-h200-2026-11-27)
+    assert gib(fused) < 0.5 * h200 < gib(auto)
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    # gpu-check's choice, which reads runtime=gpu's kernels from femlm/conf/runtime/gpu.yaml
+    from _gpu_rows import Config, micro_batches
+
+    assert micro_batches(Config("scratch", 256, 512), True, 143771 * 2**20, smoke=False)[0] == 256

@@ -158,16 +158,31 @@ def test_trained_checkpoint_loads_with_plain_transformers(tmp_path: Path, monkey
                 "row_tokens_per_s", "seen", "equal_compute", "wall_s", "hardware"):
         assert key in saved
     assert summary["steps"] == 4
+    # tokens/s in every train record; MFU null on a CPU without runtime.peak_flops; TF32 null off CUDA
+    train = [r for r in map(json.loads, run.metrics_path.read_text().splitlines()) if "loss" in r]
+    assert train and all(r["row_tokens_per_s"] > 0 and r["mfu"] is None for r in train)
+    assert saved["tf32"] is None and info["tf32"] is None and saved["mfu"] is None
+    assert saved["peak_flops"] is None and "runtime.peak_flops" in saved["peak_flops_source"]
+    attention = saved["sdpa_backend"]  # BERT's attention dropout 0.1: the CPU's fused kernel refuses it
+    assert attention["requested"] == "auto" and attention["dispatched"]["training"] == "math"
 
-    # continual pre-training from that checkpoint (its own tokenizer), one more short run
+    # continual pre-training from that checkpoint (its own tokenizer), one more short run, MFU against a given peak
     cfg2 = tiny_config(tmp_path / "tok", max_steps=2)
     cfg2.command = "continual-pretrain"
     cfg2.model.name_or_path, cfg2.model.tokenizer = str(final), None
+    cfg2.runtime.peak_flops = 1e9
     run2 = Run(dir=tmp_path / "run2", command="continual-pretrain")
     run2.dir.mkdir()
     out = run_pretrain(cfg2, run2)
     assert json.loads((tmp_path / "run2/checkpoints/final/femlm.json").read_text())["init_from"] == str(final)
     assert out["first_eval_loss"] == pytest.approx(saved["final_eval_loss"], abs=1e-6)
+    records = [r for r in map(json.loads, run2.metrics_path.read_text().splitlines()) if "train_flops" in r]
+    for before, record in zip(records[:-1], records[1:], strict=True):  # MFU / tokens/s = model FLOPs per row token / peak
+        if "loss" in record:
+            per_token = (record["train_flops"] - before["train_flops"]) / (
+                (record["rows_seen"] - before["rows_seen"]) * cfg2.data.block_size)
+            assert record["mfu"] == pytest.approx(record["row_tokens_per_s"] * per_token / 1e9, rel=2e-3)
+    assert out["peak_flops"] == 1e9 and out["mfu"] > 0 and out["peak_flops_source"] == "runtime.peak_flops"
 
 
 def test_fe_masking_accumulation_and_variance_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -156,3 +156,66 @@ def test_nan_loss_stops_with_one_line_and_keeps_the_last_checkpoint(synthetic: P
     assert (run.dir / "checkpoints" / "state_4" / "state.pt").is_file()
     assert not (run.dir / "checkpoints" / "final").exists()
     assert max(r[0] for r in curve(run.dir)) == 5
+
+
+def test_a_nonfinite_step_stops_the_run_before_the_variance_probe_writes(synthetic: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradients go NaN at step 2, a step that reads nothing; the probe's step 3 reads first (core.read_at), so the
+    run stops there naming step 2, and metrics.jsonl holds no NaN row (before, the probe wrote its rows from the
+    NaN weights and the run stopped only at the next log step)."""
+    import math
+
+    from femlm.train import core
+
+    backward = core.PretrainCore.backward
+
+    def poisoned(self: core.PretrainCore, rows: dict) -> tuple:
+        out = backward(self, rows)
+        if self.scheduler.last_epoch + 1 == 2:
+            for param in self.params:
+                param.grad.mul_(float("nan"))
+        return out
+
+    monkeypatch.setattr(core.PretrainCore, "backward", poisoned)
+    cfg = tiny_config(synthetic / "tok", max_steps=8, log_every=4, eval_every=8, save_every=8)
+    cfg.logger.variance_probe.enabled, cfg.logger.variance_probe.every, cfg.logger.variance_probe.remasks = True, 3, 2
+    run = fresh_run(synthetic, "run")
+    with pytest.raises(UserError, match="gradient norm became nan at step 2"):
+        run_pretrain(cfg, run)
+    records = [json.loads(line) for line in (run.dir / "metrics.jsonl").read_text().splitlines()]
+    values = [v for r in records for v in r.values() if isinstance(v, float)]
+    assert records and all(math.isfinite(v) for v in values)
+    assert max(r["step"] for r in records) == 0  # step 0's evaluation only: nothing after the bad step
+
+
+@pytest.mark.slow  # two compiled runs (aot_eager) of 12 steps: ~20 s; fast cover: test_sigkill_then_resume_is_bitwise_identical
+def test_a_compiled_run_resumes_bitwise(synthetic: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime.compile=true (aot_eager: dynamo's graphs and AOT autograd, no C++ builds): a run cut after its state at
+    step 6 and resumed in a fresh compile ends with the uninterrupted run's weights and curve, bit for bit."""
+    import functools
+
+    from femlm.train import core
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    settings = {"max_steps": 12, "save_every": 3, "eval_every": 3, "log_every": 1, "compile": True}
+    reference = run_pretrain(tiny_config(synthetic / "tok", **settings), fresh_run(synthetic, "reference"))
+    torch._dynamo.reset()
+    step = core.PretrainCore.step
+
+    def crash_at_7(self: core.PretrainCore, s: int):  # noqa: ANN202
+        if s == 7:
+            raise RuntimeError("simulated crash")
+        return step(self, s)
+
+    monkeypatch.setattr(core.PretrainCore, "step", crash_at_7)
+    cut = fresh_run(synthetic, "cut")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_pretrain(tiny_config(synthetic / "tok", **settings), cut)
+    monkeypatch.setattr(core.PretrainCore, "step", step)
+    torch._dynamo.reset()  # a new process would compile afresh
+    resumed = run_pretrain(tiny_config(synthetic / "tok", resume=str(cut.dir), **settings),
+                           Run(dir=cut.dir, command="pretrain-scratch", created=False))
+    ref_w, res_w = weights(synthetic / "reference"), weights(cut.dir)
+    assert ref_w.keys() == res_w.keys() and all(torch.equal(ref_w[k], res_w[k]) for k in ref_w)
+    assert curve(cut.dir) == curve(synthetic / "reference")
+    assert resumed["final_eval_loss"] == reference["final_eval_loss"]

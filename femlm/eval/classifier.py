@@ -26,6 +26,7 @@ from femlm.errors import UserError
 from femlm.eval.inputs import Encoded, LabelSpec, batches, n_batches
 from femlm.eval.metrics import compute_metrics
 from femlm.models.optim import param_groups
+from femlm.runtime.attention import attention_dropout, plan_kernels
 from femlm.runtime.device import pick_precision, precision_name
 from femlm.stop import check
 
@@ -47,6 +48,9 @@ class Recipe:
     grad_clip: float = 1.0
     group_by_length: bool = False  # training batches of similar lengths (finetune.group_by_length)
     precision: str = "fp32"  # autocast dtype actually used: fp32, bf16 or fp16 (runtime.precision, resolved)
+    # runtime.sdpa_backend: the attention kernels of the training steps (CUDA), never cuDNN with attention dropout
+    # (femlm/runtime/attention.py); scoring keeps torch's choice
+    sdpa_backend: Any = "auto"
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -74,7 +78,8 @@ def make_recipe(task: Any, ft: Any, runtime: Any, limit: int, device: torch.devi
         max_length=int(max_length), patience=task.patience, warmup_ratio=float(task.warmup_ratio),
         weight_decay=float(task.weight_decay), eval_batch_size=int(runtime.eval_batch_size or 64),
         betas=(0.9, 0.98) if dapt else (0.9, 0.999), eps=1e-6 if dapt else 1e-8,
-        group_by_length=bool(ft.group_by_length), precision=resolve_precision(runtime.precision, device))
+        group_by_length=bool(ft.group_by_length), precision=resolve_precision(runtime.precision, device),
+        sdpa_backend=runtime.sdpa_backend)
     overridden = [k for k in ("epochs", "lr", "batch_size", "max_length") if getattr(ft, k) is not None]
     if overridden:
         notes.append("recipe overridden by finetune." + ", finetune.".join(
@@ -148,6 +153,7 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
     scheduler = get_scheduler("linear", optimizer, num_warmup_steps=round(recipe.warmup_ratio * total_steps),
                               num_training_steps=total_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=recipe.precision == "fp16")
+    kernels = plan_kernels(recipe.sdpa_backend, device.type, attention_dropout(getattr(model, "config", None)))
     generator = torch.Generator().manual_seed(seed)
     result = SeedResult(seed=seed, best_epoch=0, epochs_run=0)
     best_score, best_state, bad_epochs, step = -math.inf, None, 0, 0
@@ -161,7 +167,7 @@ def train_seed(model: PreTrainedModel, train: Encoded, dev: Encoded | None, reci
         where = f"fine-tuning seed {seed}, epoch {epoch}"
         for _, batch in bar:
             check(where)
-            with autocast(device, recipe.precision):
+            with autocast(device, recipe.precision), kernels.context(True):
                 loss = model(**{k: v.to(device) for k, v in batch.items()}).loss
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)

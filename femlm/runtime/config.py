@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from femlm.errors import UserError, require_choice, require_device, require_positive
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-SDPA_BACKENDS = ("auto", "flash", "efficient", "cudnn", "math")
 
 
 @dataclass
@@ -24,9 +23,17 @@ class RuntimeConfig:
     # torch.compile the training and evaluation steps: one graph each for the whole run (fixed shapes:
     # femlm/train/batches.py bounds the labelled positions from the masking law and pads to that bound)
     compile: bool = False
-    # CUDA only: the scaled-dot-product-attention kernel of the encoder and the sparse last layer (torch's
-    # sdpa_kernel): auto (torch picks per call) | flash | efficient | cudnn | math. Recorded in summary.json.
-    sdpa_backend: str = "auto"
+    # CUDA only: the scaled-dot-product-attention kernels of the encoder and the sparse last layer, entered inside
+    # the compiled step (femlm/runtime/attention.py): auto (torch picks per call), one of flash | efficient | cudnn |
+    # math, or a list in priority order ([flash, efficient]: runtime=gpu). Training with attention dropout never
+    # uses cuDNN. summary.json records the request and the kernel torch dispatches at the run's shapes.
+    sdpa_backend: Any = "auto"
+    # CUDA only: TF32 tensor cores for the fp32 matmuls (autocast covers the rest); false: strict fp32 matmuls.
+    # Recorded beside the precision (summary.json, femlm.json: `tf32`).
+    tf32: bool = True
+    # FLOP/s that each train record's `mfu` is measured against. None: the GPU's data-sheet dense bf16 peak on
+    # CUDA (femlm/train/estimate.py's GPU_PEAK_BF16; no MFU for a card not in it), and no MFU on a CPU.
+    peak_flops: Optional[float] = None
     # Build the next step's batch (masks, positions, host-to-device copy) on a background thread while the
     # current step runs (femlm/train/batches.py); false: build it inside the step, as before.
     prefetch: bool = True
@@ -57,7 +64,11 @@ class RuntimeConfig:
     def validate(self) -> None:
         require_device("runtime", self.device)
         require_choice("runtime", "precision", self.precision, PRECISIONS)
-        require_choice("runtime", "sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
+        from femlm.runtime.attention import parse_backends
+
+        parse_backends(self.sdpa_backend)
+        if self.peak_flops is not None and not self.peak_flops > 0:
+            raise UserError(f"runtime.peak_flops={self.peak_flops}: FLOP/s, a positive number, or null")
         require_positive("runtime", self, "threads", "micro_batch_size", "eval_batch_size", "data_workers",
                          allow_none=True)
         require_positive("runtime", self, "log_every", "eval_every", "save_every", "keep_last")

@@ -39,10 +39,11 @@ def precision_name(dtype: torch.dtype | None) -> str:
 
 
 def configure_process(runtime: Any) -> None:
-    """Threads, host-memory reuse and TF32: process-wide settings, applied once before any work."""
+    """Threads, host-memory reuse and TF32 (`runtime.tf32`): process-wide settings, applied once before any work."""
     if torch.cuda.is_available():  # TF32 tensor cores for fp32 matmuls and convolutions (autocast covers the rest)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        tf32 = bool(getattr(runtime, "tf32", True))
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
     if runtime.keep_freed_memory:
@@ -51,15 +52,7 @@ def configure_process(runtime: Any) -> None:
         keep_freed_memory()
 
 
-def sdpa_kernel(backend: str, device: torch.device) -> Any:
-    """A context that runs scaled_dot_product_attention on `backend` (runtime.sdpa_backend) on CUDA; a no-op on
-    other devices and for `auto` (torch then picks per call)."""
-    import contextlib
-
-    if backend == "auto" or device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend
-    from torch.nn.attention import sdpa_kernel as kernel
-
-    return kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                   "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend])
+def tf32_record(device: torch.device) -> bool | None:
+    """Whether this process's fp32 matmuls on `device` use TF32 (summary.json, femlm.json `tf32`, beside the
+    precision); None off CUDA, where TF32 does not exist."""
+    return bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None

@@ -30,8 +30,9 @@ from femlm.masking.config import PASSES, MaskingError
 from femlm.masking.passes import mask_visits, visit_selection
 from femlm.masking.sampling import mix_seed
 from femlm.models.optim import param_groups
+from femlm.runtime.attention import attention_dropout, attention_record, plan_kernels
 from femlm.runtime.config import RuntimeConfig
-from femlm.runtime.device import pick_precision, sdpa_kernel
+from femlm.runtime.device import pick_precision
 from femlm.runtime.host_memory import keep_freed_memory
 from femlm.train.batches import BatchProducer, Prepared, Shape, prepare
 from femlm.train.compute import step_layout
@@ -173,7 +174,11 @@ class PretrainCore:
 
         if tcfg.trainable:
             freeze_except(model, list(tcfg.trainable))
-        self.objective = MaskedLMObjective(model, sparse=runtime.sparse_prediction).to(self.device)
+        # runtime.sdpa_backend, with no cuDNN for training with attention dropout (femlm/runtime/attention.py)
+        self.dropout = attention_dropout(getattr(model, "config", None))
+        self.kernels = plan_kernels(runtime.sdpa_backend, self.device.type, self.dropout)
+        self.objective = MaskedLMObjective(model, sparse=runtime.sparse_prediction, kernels=self.kernels)
+        self.objective.to(self.device)
         self.module: nn.Module = self.objective
         if self.dist.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -262,7 +267,7 @@ class PretrainCore:
         for i, (input_ids, at) in enumerate(prepared.chunks):
             last = i == len(prepared.chunks) - 1
             sync = contextlib.nullcontext() if last or not self.dist.distributed else self._no_sync()
-            with sync, sdpa_kernel(self.runtime.sdpa_backend, self.device):
+            with sync:
                 with self.autocast():
                     loss_sum, _, _ = self.module(input_ids, None, at)
                 self.scaler.scale(loss_sum * scale).backward()
@@ -332,14 +337,13 @@ class PretrainCore:
         shape = eval_shape(shard.labels, batch_rows) if self.shape is not None else None
         self.objective.eval()
         try:
-            with sdpa_kernel(self.runtime.sdpa_backend, self.device):
-                for input_ids, at in prepare(shard.labels, shard.input_ids, batch_rows, shape, self.device).chunks:
-                    if should_stop is not None and should_stop():
-                        sums[3] = 1.0
-                        break
-                    with self.autocast():
-                        loss_sum, count, correct = self.evaluator(input_ids, None, at)
-                    sums[:3] += torch.stack([loss_sum.double(), count.double(), correct.double()])
+            for input_ids, at in prepare(shard.labels, shard.input_ids, batch_rows, shape, self.device).chunks:
+                if should_stop is not None and should_stop():
+                    sums[3] = 1.0
+                    break
+                with self.autocast():
+                    loss_sum, count, correct = self.evaluator(input_ids, None, at)
+                sums[:3] += torch.stack([loss_sum.double(), count.double(), correct.double()])
         finally:
             self.objective.train()
         all_reduce_sum(sums, self.dist)
@@ -347,6 +351,15 @@ class PretrainCore:
         if stopped:
             raise EvaluationStopped
         return loss_sum / max(count, 1.0), correct / max(count, 1.0)
+
+    def attention_record(self) -> dict[str, Any]:
+        """summary.json's `sdpa_backend`: the kernels asked for and allowed, and the kernel torch dispatches for
+        this run's attention calls at their real shapes (the sparse layer's queries: a row's labelled slots)."""
+        sparse = self.objective.last_layer is not None
+        width = (self.shape or self.masker.label_bound(self.micro_rows, self.block_size, self.blocks)).width \
+            if sparse else None
+        return attention_record(self.kernels, self.objective.model.config, self.device, self.amp_dtype,
+                                self.micro_rows, self.block_size, self.dropout, width, self.runtime.compile)
 
     def close(self) -> None:
         """Stop the batch producer's thread (after the build in flight, if any)."""

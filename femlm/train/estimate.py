@@ -23,15 +23,17 @@ its output.
   (less what communication costs). The MFU is MEASURED where `make gpu-check` has measured that card with the
   current training step (`measured_mfu`: the newest committed results/gpu/<card>-<date>/results.json of that card
   whose `step_version` is STEP_VERSION or later, at the row of the same sequence length and the nearest batch,
-  compiled or eager as `runtime.compile` says); elsewhere it is `runtime.assumed_mfu`, printed as an assumption.
+  compiled or eager as `runtime.compile` says; its block-timed MFU where the record has one); elsewhere it is
+  `runtime.assumed_mfu`, printed as an assumption.
   results/gpu is found beside the package, i.e. in the repository checkout femlm runs from (an editable install);
   femlm installed as a wheel has no results/gpu beside it, so its dry runs use the assumption for every card.
 * Memory calibration (results/gpu/nvidia-h100-80gb-hbm3-2026-11-26, torch 2.11 on one H100, bf16): eager steps
   measured 0.98x this estimate with fused attention at 64 x 128 and 16 x 512; compiled steps measured 6.78 GiB at
   16 x 512 (1.40x the fused estimate): compiled, torch's automatic SDPA choice kept the attention probabilities.
-  With that term (`fused_attention=False`) both compiled rows measure 0.88x. So a compiled run with
-  `runtime.sdpa_backend` auto (or math) is estimated with the probabilities kept; eager runs and explicit fused
-  backends (flash, efficient, cudnn) without them. tests/test_train_estimate.py checks the recorded figures.
+  With that term (`fused_attention=False`) both compiled rows measure 0.88x. So a compiled run that allows the
+  math kernel (`runtime.sdpa_backend` auto, or a list holding math) is estimated with the probabilities kept;
+  eager runs and fused kernels only (runtime=gpu's [flash, efficient]; cudnn) without them. The micro-batch
+  choice of benchmarks/gpu_check.py follows. tests/test_train_estimate.py checks the recorded figures.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 
 import torch
 
+from femlm.runtime.attention import keeps_probabilities
 from femlm.train.compute import step_layout
 from femlm.train.flops import FlopCounts, flop_counts
 
@@ -63,18 +66,33 @@ GIB = 2**30
 # wheel installed in site-packages: the dry run then assumes runtime.assumed_mfu everywhere).
 RESULTS_GPU = Path(__file__).resolve().parents[2] / "results" / "gpu"
 # The training step whose speed a gpu-check record measured: 1 before issue 36; 2 from issue 36 on (fixed shapes
-# for one compiled graph, no host reads in non-logging steps, the next batch prefetched, runtime.sdpa_backend).
+# for one compiled graph, no host reads in non-logging steps, the next batch prefetched, runtime.sdpa_backend); 3 from
+# issue 46 on (the attention kernels entered inside the compiled step, fused by default on GPUs; runtime.tf32).
 # Only records of STEP_VERSION or later price a run; older ones are history.
-STEP_VERSION = 2
+STEP_VERSION = 3
 
 
 def step_version() -> int:
-    """The version of the training step this checkout runs (gpu_check records it): 2 once the runtime section
-    has issue 36's keys (sdpa_backend, prefetch), else 1."""
+    """The version of the training step this checkout runs (gpu_check records it), from the runtime keys each
+    version added (issue 36: sdpa_backend, prefetch; issue 46: tf32)."""
     from femlm.runtime.config import RuntimeConfig
 
     names = {f.name for f in fields(RuntimeConfig)}
-    return STEP_VERSION if {"sdpa_backend", "prefetch"} <= names else 1
+    return 3 if "tf32" in names else 2 if {"sdpa_backend", "prefetch"} <= names else 1
+
+
+def device_peak(device: torch.device, override: float | None = None) -> tuple[float | None, str]:
+    """(FLOP/s that MFU is measured against, where it comes from): `runtime.peak_flops` when given; on CUDA the
+    card's data-sheet dense bf16 peak (GPU_PEAK_BF16); else None (a CPU has no data-sheet figure here)."""
+    if override:
+        return float(override), "runtime.peak_flops"
+    if device.type != "cuda":
+        return None, f"none on {device.type} (set runtime.peak_flops to a measured rate)"
+    name = torch.cuda.get_device_name(device)
+    key = gpu_key(name)
+    if key is None:
+        return None, f"{name}: not in femlm/train/estimate.py's GPU_PEAK_BF16 (set runtime.peak_flops)"
+    return GPU_PEAK_BF16[key], f"{key} data-sheet dense bf16 peak"
 
 
 def gpu_key(name: str) -> str | None:
@@ -118,14 +136,16 @@ def measured_mfu(gpu: str, seq: int, batch: int, compiled: bool, root: Path = RE
         if gpu_key(record.get("card", "")) != gpu:
             continue
         rows = [r for r in record.get("bench", []) if r.get("seq") == seq and bool(r.get("compile")) == compiled
-                and r.get("arm", "mlm") == "mlm" and r.get("mfu")]
+                and r.get("arm", "mlm") == "mlm" and (r.get("mfu_block") or r.get("mfu"))]
         if rows:
             records.append((str(record.get("date", "")), path.parent.name, record, rows))
     if not records:
         return None
     _, name, record, rows = max(records, key=lambda r: (r[0], r[1]))
     row = min(rows, key=lambda r: (abs(r["batch"] - batch), -r["batch"]))
-    return MeasuredMfu(float(row["mfu"]), name, int(row["batch"]), seq, compiled, record.get("commit"))
+    # block-timed (one sync per block, as the training loop runs) where the record has it (issue 46 on)
+    return MeasuredMfu(float(row.get("mfu_block") or row["mfu"]), name, int(row["batch"]), seq, compiled,
+                       record.get("commit"))
 
 
 @dataclass(frozen=True)
@@ -196,8 +216,9 @@ def masked_per_row(masker: Any, tokenizer: Any, seq: int) -> float:
 
 def keeps_attention_probabilities(runtime: Any) -> bool:
     """Whether a GPU step of this runtime keeps the attention probabilities for backward (the memory
-    calibration in the module docstring): compiled with torch's automatic (or the math) SDPA kernel."""
-    return bool(runtime.compile) and getattr(runtime, "sdpa_backend", "auto") in ("auto", "math")
+    calibration in the module docstring): compiled with the math SDPA kernel allowed (auto, or a list holding
+    math); fused kernels only (runtime=gpu's [flash, efficient]) keep none."""
+    return keeps_probabilities(getattr(runtime, "sdpa_backend", "auto"), bool(runtime.compile))
 
 
 def compute_plan(cfg: Any, shape: ModelShape, masked: float, gpu_results: Path = RESULTS_GPU) -> dict[str, Any]:

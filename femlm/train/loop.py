@@ -26,13 +26,14 @@ from femlm import provenance
 from femlm.errors import UserError
 from femlm.masking.sampling import mix_seed
 from femlm.runs import read_metrics
-from femlm.runtime.device import configure_process, precision_name
+from femlm.runtime.device import configure_process, precision_name, tf32_record
 from femlm.stop import signal_name
 from femlm.train import checkpoint as ckpt
 from femlm.train import inputs
 from femlm.train.core import EvaluationStopped, NonFiniteLoss, PretrainCore, StepStats
 from femlm.train.corpus import training_plan_from_blocks
 from femlm.train.distributed import DistInfo, broadcast_object, gather_objects, process_group, share_run_dir
+from femlm.train.estimate import device_peak
 from femlm.train.evaluation import EvalSet, build_eval_set
 from femlm.train.interrupt import StopRequest
 from femlm.train.probe import gradient_variance
@@ -136,28 +137,32 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
                 stop.agreed(now=True)
                 raise stop.stopped(f"stopped during the evaluation at step {progress.step}; nothing new to save")\
                     from None
-        window = [0, 0.0]  # tokens and seconds since the last log record
+        window = [0, 0.0, progress.seen()["train_flops"]]  # tokens, seconds, model FLOPs at the last log record
         chunks = 0  # label chunks run since the last log record (femlm/train/batches.py)
-        # Device values (loss, gradient norm, the non-finite check) are read only at the steps that use them.
-        core.read_at = lambda s: s == max_steps or any(s % every(n) == 0 for n in
-                                                       (rt.log_every, rt.eval_every, rt.save_every))
+        peak = device_peak(core.device, rt.peak_flops)[0]  # per device: MFU of each train record (None: not known)
+        # Device values (loss, gradient norm, the non-finite check) are read only at the steps that use them; the
+        # variance probe's steps too (a probe after a non-finite step would write NaN rows).
+        probe = cfg.logger.variance_probe
+        core.read_at = lambda s: s == max_steps or any(s % every(n) == 0 for n in (rt.log_every, rt.eval_every,
+                                                                                     rt.save_every)) \
+            or (probe.enabled and s % probe.every == 0)
         for step in range(progress.step + 1, max_steps + 1):
             t0 = time.perf_counter()
             last = step == max_steps
             stats = _step(core, step, last_good)
             seconds = time.perf_counter() - t0
             progress.add(stats, core, seconds)
-            window = [window[0] + stats.rows * core.block_size, window[1] + seconds]
+            window = [window[0] + stats.rows * core.block_size, window[1] + seconds, window[2]]
             chunks += stats.label_chunks
             rec.bar.update(1)
             if step % every(rt.log_every) == 0 or last:
-                speed = round(window[0] / max(window[1], 1e-9), 1)
-                rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, rows=stats.rows,
+                speed, seen = round(window[0] / max(window[1], 1e-9), 1), progress.seen()
+                mfu = _mfu(seen["train_flops"] - window[2], window[1], peak, dist.world_size)
+                rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, mfu=mfu, rows=stats.rows,
                         masked_tokens=int(stats.masked_tokens), grad_norm=stats.grad_norm,
-                        mask_ratio=core.mask_ratio(step), label_chunks=chunks, **progress.seen())
+                        mask_ratio=core.mask_ratio(step), label_chunks=chunks, **seen)
                 rec.show(loss=stats.loss, tok_s=f"{speed:.0f}")
-                window, chunks = [0, 0.0], 0
-            probe = cfg.logger.variance_probe
+                window, chunks = [0, 0.0, seen["train_flops"]], 0
             if probe.enabled and step % probe.every == 0 and dist.is_main:
                 rec.log(step=step, **gradient_variance(core, step, probe.remasks, list(probe.parameters)))
             eval_cut = False
@@ -240,6 +245,12 @@ def _checked(call: Callable[[], Any], last_good: tuple[int, Path] | None) -> Any
                                "resume or restart") from None
 
 
+def _mfu(flops: float, seconds: float, peak: float | None, devices: int) -> float | None:
+    """Model FLOPs utilisation of a stretch of training: model FLOPs (femlm.train.flops, every rank's) per second
+    over the peak of all `devices` (None without a peak)."""
+    return float(f"{flops / seconds / (peak * devices):.4g}") if peak and seconds > 0 else None
+
+
 def _evaluate(core: PretrainCore, eval_set: EvalSet, step: int, rec: Recorder, stop: StopRequest) -> dict[str, Any]:
     loss, accuracy = core.evaluate(eval_set, core.runtime.eval_batch_size or core.micro_rows,
                                    should_stop=lambda: stop.requested)
@@ -253,7 +264,8 @@ def _checkpoint_info(cfg: Any, core: PretrainCore, step: int, run_dir: Path,
     return provenance.pretrain_record(command=cfg.command, masking=cfg.masking, domain=cfg.domain.name,
                                       model=cfg.model.name, step=step, max_steps=core.max_steps,
                                       equal_compute=cfg.trainer.equal_compute,
-                                      precision=precision_name(core.amp_dtype), run_dir=run_dir, **origin)
+                                      precision=precision_name(core.amp_dtype), tf32=tf32_record(core.device),
+                                      run_dir=run_dir, **origin)
 
 
 def _saver(cfg: Any, run_dir: Path, core: PretrainCore, tokenizer: Any, origin: dict[str, Any], dist: DistInfo):
@@ -294,8 +306,12 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
                "seen": {k: v for k, v in progress.state().items() if k not in ("step", "train_s")},
                "train_s": round(progress.train_s, 2), "wall_s": round(time.time() - run.started, 2),
                "world_size": dist.world_size, "precision": precision_name(core.amp_dtype),
-               # the attention kernel asked for (runtime.sdpa_backend: chosen on CUDA only), and compile
-               "sdpa_backend": rt_sdpa(core), "compiled": bool(core.runtime.compile),
+               # TF32 for fp32 matmuls (runtime.tf32; null off CUDA), beside the precision
+               "tf32": tf32_record(core.device),
+               # model FLOPs utilisation over train_s and what it is measured against (femlm.train.estimate)
+               **_run_mfu(core, progress, dist),
+               # the attention kernels asked for and the one torch dispatches at the run's shapes, and compile
+               "sdpa_backend": core.attention_record(), "compiled": bool(core.runtime.compile),
                "corpus": corpus.as_dict() if corpus is not None else None,
                # sha256 of the vocabulary (tokens in id order); the corpus's token files: corpus["sha256"]
                "vocabulary_sha256": vocabulary_fingerprint(tokenizer),
@@ -317,6 +333,7 @@ def _finish(cfg: Any, run: Any, run_dir: Path, core: PretrainCore, tokenizer: An
     return summary
 
 
-def rt_sdpa(core: PretrainCore) -> str:
-    """summary.json's attention kernel: runtime.sdpa_backend on CUDA; elsewhere torch's own choice."""
-    return core.runtime.sdpa_backend if core.device.type == "cuda" else f"auto (on {core.device.type})"
+def _run_mfu(core: PretrainCore, progress: Progress, dist: DistInfo) -> dict[str, Any]:
+    peak, source = device_peak(core.device, core.runtime.peak_flops)
+    return {"mfu": _mfu(progress.state()["train_flops"], progress.train_s, peak, dist.world_size),
+            "peak_flops": peak, "peak_flops_source": source}

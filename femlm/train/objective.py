@@ -18,6 +18,7 @@ from torch import nn
 
 from femlm.masking.maskers import IGNORE_INDEX
 from femlm.models.heads import trace_mlm_head
+from femlm.runtime.attention import AttentionKernels
 from femlm.train.positions import LabelPositions
 from femlm.train.sparse_layer import sparse_last_layer, sparse_layer_forward, without_last_layer
 
@@ -30,9 +31,13 @@ class MaskedLMObjective(nn.Module):
     DDP give exactly the token mean over the whole global batch. DDP wraps this module, not the HF model.
     """
 
-    def __init__(self, model: nn.Module, sparse: bool = True) -> None:
+    def __init__(self, model: nn.Module, sparse: bool = True, kernels: AttentionKernels | None = None) -> None:
         super().__init__()
         self.model = model
+        # The attention kernels of every SDPA call below (encoder layers and sparse last layer): their context is
+        # entered inside `forward`, the function torch.compile traces, so the graph holds the choice
+        # (femlm/runtime/attention.py).
+        self.kernels = kernels or AttentionKernels()
         self.head, why = trace_mlm_head(model) if sparse else (None, "runtime.sparse_prediction=false")
         if sparse and self.head is None:
             warnings.warn(f"{type(model).__name__}: MLM head not found ({why}); sparse prediction is off "
@@ -62,7 +67,8 @@ class MaskedLMObjective(nn.Module):
                 with_accuracy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """`labels`: [B, L] with -100 where unlabelled, or their LabelPositions (found outside torch.compile)."""
         at = labels if isinstance(labels, LabelPositions) else LabelPositions.from_labels(labels)
-        logits = self.logits_at_labels(input_ids, attention_mask, at)
+        with self.kernels.context(self.training):
+            logits = self.logits_at_labels(input_ids, attention_mask, at)
         loss_sum = F.cross_entropy(logits.float(), at.targets, reduction="sum", ignore_index=IGNORE_INDEX)
         real = at.targets != IGNORE_INDEX  # padded positions (femlm/train/batches.py) carry padding entries
         correct = ((logits.argmax(-1) == at.targets) & real).sum() if with_accuracy else None

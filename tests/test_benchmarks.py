@@ -37,7 +37,8 @@ EXPECTED = {
                      r"\[scratch b=8 L=64 \(femlm micro 4, HF micro 4\) eager\] tokens/s (.*\n)*"
                      r"\[fe_k4 b=4 L=64 fe_k4 eager\] tokens/s (.*\n)*"
                      r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*gpu-check ok in ", False),
-    "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
+    "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*the study .*\n.*timeout 480 python3 -m femlm\.experiment "
+                      r"study_gpu --budget-minutes 7\.5 (.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
                       r"--commit ", False),
     "paper_shapes.py": (r"\[bert_base\] step s: ", True),
     "span_stats.py": (r"FE-span K=8 r=0.125 ", True),

@@ -72,6 +72,8 @@ class Window:
         self.warm_dir = self.out / "warmup"
         self.stamp = opts.stamp
         self.record: dict[str, Any] = {"window": opts.stamp, "parts_s": {}, "seeds": []}
+        # the configs the plan reads (composed once: they do not change within a window)
+        self.composed = (configs.warmup(exp), configs.arms(exp), {t: configs.finetune(exp, t) for t in exp.finetune.tasks})
         self.plan = self.make_plan()
 
     # ------------------------------------------------------------------------------------------ plan
@@ -81,14 +83,13 @@ class Window:
                            ({k: getattr(self.g.expected, k) for k in ("warmup_train_blocks", "warmup_validation_blocks",
                                                                        "arms_train_blocks", "arms_validation_blocks")},
                             "expected: not prepared yet"))
-        tasks = {t: configs.finetune(self.exp, t) for t in self.exp.finetune.tasks}
-        runs = gpu_plan.read_runs(configs.warmup(self.exp), configs.arms(self.exp), tasks, counts, counted)
-        revised = gpu_windows.revision(self.out)
+        runs = gpu_plan.read_runs(*self.composed, counts, counted)
+        revised, recs = gpu_windows.revision(self.out), gpu_windows.records(self.out)
         return gpu_plan.make_plan(self.g, float(self.exp.estimate.budget_minutes), runs, self.exp.pretrain.arms,
-                                  len(self.exp.stats.confirmatory), counts,
-                                  done=len(gpu_windows.complete(gpu_windows.records(self.out))),
+                                  len(self.exp.stats.confirmatory), counts, done=len(gpu_windows.complete(recs)),
                                   warmup_done=self.warmup_info().get("passed", False),
-                                  revised_sd=revised["sd_used"] if revised else None)
+                                  revised_sd=revised["sd_used"] if revised else None,
+                                  measured=gpu_plan.measured_pace(recs))
 
     def deadline(self, runner: Any) -> float:
         return runner.start + float(self.exp.estimate.budget_minutes) * 60 - self.g.window.margin_s
@@ -233,7 +234,7 @@ class Window:
     def one_seed(self, seed: int, data: gpu_data.Data, ckpt: Path, warm_sha: str, code: dict[str, Any],
                  deadline: float) -> tuple[dict[str, Any], dict[str, Path]]:
         from femlm.study.gpu_downstream import finetune_arm
-        from femlm.train.loop import TrainingDiverged
+        from femlm.train.loop import DeadlineReached, TrainingDiverged
 
         where = self.runs / "seeds" / f"seed_{seed:03d}"
         shutil.rmtree(where, ignore_errors=True)
@@ -254,15 +255,21 @@ class Window:
         failed = [a for a, r in arms.items() if not r["gate"]["passed"]]
         seconds = {"arms": round(time.time() - t0, 1), "downstream": 0.0}
         downstream: dict[str, Any] = {}
+        error = None
         if not failed and seed <= self.g.downstream.pretrain_seeds:
-            for arm in self.exp.pretrain.arms:
-                scores, runs = finetune_arm(self.exp, where / arm / "checkpoints" / "final", data.mirror,
-                                            where / "downstream" / arm, deadline)
-                downstream[arm] = scores
-                dirs.update({f"downstream/{arm}/{t}": d for t, d in runs.items()})
+            try:
+                for arm in self.exp.pretrain.arms:
+                    scores, runs = finetune_arm(self.exp, where / arm / "checkpoints" / "final", data.mirror,
+                                                where / "downstream" / arm, deadline)
+                    downstream[arm] = scores
+                    dirs.update({f"downstream/{arm}/{t}": d for t, d in runs.items()})
+            except DeadlineReached:
+                raise
+            except Exception as err:  # noqa: BLE001 - the secondary part never costs the primary its seed
+                downstream, error = {}, f"{type(err).__name__}: {err}"
             seconds["downstream"] = round(time.time() - t0 - seconds["arms"], 1)
         record = {"seed": seed, "status": "failed" if failed else "complete", "failed_arms": failed,
-                  "arms": arms, "downstream": downstream, "study_code": code, "warmup_sha256": warm_sha,
+                  "arms": arms, "downstream": downstream, "downstream_error": error, "study_code": code, "warmup_sha256": warm_sha,
                   "card": card_name(), "window": self.stamp, "seconds": seconds}
         return record, dirs
 

@@ -17,6 +17,7 @@ where the mirror is, and is refused where it is not.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -60,6 +61,15 @@ class Data:
 
 def settings(exp: Experiment) -> dict[str, Any]:
     """Everything that decides the prepared data, from the composed configs (compared key for key on reuse)."""
+    return json.loads(_settings(json.dumps(exp.raw, sort_keys=True), exp.name))
+
+
+@functools.lru_cache(maxsize=4)
+def _settings(raw: str, name: str) -> str:  # composed once per experiment file and process (~1 s)
+    from femlm.experiment.schema import Experiment as _Experiment
+    from femlm.experiment.schema import parse
+
+    exp = parse(_Experiment, json.loads(raw), name, "experiment")
     warm = configs.warmup(exp).cfg
     arm = configs.arm(exp, exp.pretrain.reference, 1, "warmup").cfg
     out: dict[str, Any] = {"vocab_size": warm.model.vocab_size}
@@ -67,7 +77,7 @@ def settings(exp: Experiment) -> dict[str, Any]:
         out[name] = {"domain": dataclasses.asdict(cfg.domain), "block_size": cfg.data.block_size,
                      "corpus_seed": cfg.data.corpus_seed(cfg.seed)}
     out["tasks"] = {t: configs.finetune(exp, t).cfg.task.dataset for t in exp.finetune.tasks} if exp.finetune else {}
-    return json.loads(json.dumps(out))  # the JSON form data.json holds (tuples as lists)
+    return json.dumps(out)  # the JSON form data.json holds (tuples as lists)
 
 
 def prepared(exp: Experiment, runs: Path) -> Data | None:

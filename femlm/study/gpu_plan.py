@@ -175,7 +175,9 @@ class CardPlan:
 
 
 def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms: list[str],
-              done: int = 0, warmup_done: bool = False) -> CardPlan:
+              done: int = 0, warmup_done: bool = False, measured: dict[str, float] | None = None) -> CardPlan:
+    """Minutes per part, seeds per window and windows to N on one card. `measured`: what earlier windows on this
+    card measured (median seconds of a seed's arms and of its downstream runs), used instead of the unit costs."""
     ref = card.reference
     ref_fpt = flops_per_token(bert_flops({"hidden_size": ref.hidden_size, "num_hidden_layers": ref.num_hidden_layers,
                                           "intermediate_size": ref.intermediate_size}, ref.vocab_size), ref.seq,
@@ -199,6 +201,10 @@ def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms
               / evals + card.run_setup_s.value)
     seed_s = sum(arm_s(a) for a in arms)
     ft_s = len(arms) * sum(x * e * r for x, e, r in runs.finetune.values()) / card.finetune_examples_per_s.value
+    seen = measured or {}
+    seed_how = "measured: the median seed of earlier windows on this card" if "arms" in seen else ""
+    ft_how = "measured: the median seed of earlier windows on this card" if "downstream" in seen else ""
+    seed_s, ft_s = seen.get("arms", seed_s), seen.get("downstream", ft_s)
     fixed = card.startup_s.value + card.results_s.value + g.window.margin_s + 2 * card.compile_s.value
 
     def label(f: Any) -> str:
@@ -209,12 +215,12 @@ def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms
     parts = [("start-up", card.startup_s.value, label(card.startup_s)),
              ("warm-up", warm_s, f"{runs.warmup_steps} steps x {runs.rows} x {runs.seq} at {how}; "
                                  f"{runs.warmup_evals} evaluations of {runs.warmup_eval_blocks} blocks"),
-             ("one seed's arms", seed_s, f"{len(arms)} arms x {runs.arm_steps} steps; "
-                                         f"{runs.arm_evals} evaluations of {runs.arm_eval_blocks} blocks each"
-                                         + (f"; {'; '.join(slow)}" if slow else "")),
-             ("one seed's downstream", ft_s, f"{len(arms)} arms x " + ", ".join(
+             ("one seed's arms", seed_s, seed_how or (
+                 f"{len(arms)} arms x {runs.arm_steps} steps; {runs.arm_evals} evaluations of {runs.arm_eval_blocks} "
+                 f"blocks each" + (f"; {'; '.join(slow)}" if slow else ""))),
+             ("one seed's downstream", ft_s, ft_how or (f"{len(arms)} arms x " + ", ".join(
                  f"{t} {r} runs x {x} examples x {e:g} epochs" for t, (x, e, r) in runs.finetune.items())
-                 + f" at {card.finetune_examples_per_s.value:g} examples/s ({label(card.finetune_examples_per_s)})"),
+                 + f" at {card.finetune_examples_per_s.value:g} examples/s ({label(card.finetune_examples_per_s)})")),
              ("results", card.results_s.value, label(card.results_s))]
 
     def cost(seed: int) -> float:
@@ -274,6 +280,21 @@ class Plan:
             raise UserError(f"study_gpu: {self.problems[0]}")
 
 
+def measured_pace(recs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per card, the median seconds of a kept seed's arms, and of its downstream runs where it had them."""
+    from statistics import median
+
+    out: dict[str, dict[str, float]] = {}
+    for card in {r["card"] for r in recs}:
+        mine = [r["seconds"] for r in recs if r["card"] == card and r.get("seconds")]
+        arms = [s["arms"] for s in mine]
+        down = [s["downstream"] for s in mine if s.get("downstream")]
+        out[card] = {"arms": median(arms)} if arms else {}
+        if down:
+            out[card]["downstream"] = median(down)
+    return out
+
+
 def data_mib(blocks: int, seq: int, vocab: int) -> float:
     """A prepared split's token file: uint16 ids up to 65,536 entries (femlm.data.tokens), else int32."""
     return blocks * seq * (2 if vocab <= 2**16 else 4) / MIB
@@ -281,8 +302,9 @@ def data_mib(blocks: int, seq: int, vocab: int) -> float:
 
 def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], comparisons: int,
               counts: dict[str, int], done: int = 0, warmup_done: bool = False,
-              revised_sd: float | None = None) -> Plan:
-    """The plan of the next window: N, the warm-up policy's sizes, and every card's minutes and seeds."""
+              revised_sd: float | None = None, measured: dict[str, dict[str, float]] | None = None) -> Plan:
+    """The plan of the next window: N, the warm-up policy's sizes, and every card's minutes and seeds
+    (`measured`: card name -> what earlier windows measured there, see `card_plan`)."""
     n0 = planned_n(g, comparisons)
     n = rule = planned_n(g, comparisons, revised_sd)
     if g.max_seeds is not None:
@@ -292,7 +314,8 @@ def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], c
     wiki = data_mib(counts["warmup_train_blocks"] + counts["warmup_validation_blocks"], runs.seq, runs.vocab)
     base = g.expected.tree_mib + WHEELS_MIB + arms_data + 2.0  # + the two tasks' files (~1.7 MiB)
     carry = {"carried": base + ckpt, "per_window": base + wiki, "first window": base + wiki}
-    cards = [card_plan(g, c, runs, n, budget_minutes * 60, arms, done, warmup_done) for c in g.cards]
+    cards = [card_plan(g, c, runs, n, budget_minutes * 60, arms, done, warmup_done, (measured or {}).get(c.name))
+             for c in g.cards]
     problems = list(runs.problems)
     if carry[g.warmup.policy] > g.window.carry_mib:
         problems.append(f"the {g.warmup.policy} warm-up policy carries {carry[g.warmup.policy]:.1f} MiB, over "

@@ -64,7 +64,8 @@ def downstream(exp: Experiment, used: list[dict[str, Any]]) -> dict[str, Any]:
     from femlm.study.stats import paired, t_interval
 
     rows = [r for r in used if r.get("downstream")]
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"missing": [{"seed": r["seed"], "error": r.get("downstream_error")} for r in used
+                                       if r.get("downstream_error")]}
     ref = exp.pretrain.reference
     for task in exp.finetune.tasks:
         per = {arm: [r["downstream"][arm][task]["mean"] for r in rows] for arm in exp.pretrain.arms}
@@ -126,8 +127,8 @@ def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any],
     elif warm and not warm["gate"]["passed"]:
         status = f"**Not decided: the study stopped** at the warm-up's gate ({g.gates.on_warmup_fail})."
     elif not study["decided_at_n"]:
-        status = (f"**Not decided: {k} of {n} seeds.** The declared analysis runs once, at {n} complete seeds; "
-                  f"until then this README shows {g.analysis.before_n}.")
+        status = (f"**{k} of {n} seeds.** The declared analysis runs once, at {n} complete seeds; until then "
+                  f"this README shows {g.analysis.before_n}.")
     else:
         status = f"**{n} of {n} seeds: the declared analysis, read once** (seeds {_span(study['seeds_used'])})."
     lines += ["## Where the study stands", "", status, "", "## Gates", ""]
@@ -135,7 +136,7 @@ def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any],
         gate = warm["gate"]
         lines.append(f"- Warm-up ({warm['card']}, window {warm['window']}): {warm['domain']} held-out loss {gate['loss']:.4f} "
                      f"against the context-free baseline {gate['baseline']:.4f} under the evaluation's masking law "
-                     f"(unigram {warm['baseline']['unigram_loss']:.4f}; {warm['baseline']['positions']:,} masked "
+                     f"(unigram {warm['baseline']['unigram_loss']:.4f}; {warm['baseline']['targets']:,} masked "
                      f"positions): {gate['below_baseline']:.3f} nats below, gate {gate['margin']:g}: "
                      + ("**passed**" if gate["passed"] else "**failed**")
                      + (f"; checkpoint sha256 {warm['checkpoint_sha256'][:12]} (carried to every window)"
@@ -160,6 +161,8 @@ def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any],
     if study["decided_at_n"]:
         lines += verdict_lines(comps, exp.raw)
         lines += downstream_lines(study["downstream"] or {})
+    elif not study["seeds_failed"] and not (warm and not warm["gate"]["passed"]):
+        lines += next_window(bool(warm))
     lines += ["## What this scale lacks next to the paper's", "", rep.caveat or "", "",
               "Files: study.json, seeds/seed_NNN/ (seed.json and each run's summary, metrics, config and run.json), "
               "warmup/ (warmup.json, the run's files, the carried checkpoint), windows.jsonl"
@@ -174,9 +177,25 @@ def _interval(c: dict[str, Any]) -> str:
     return f"{num(c['estimate'])} [{num(c['low'])}, {num(c['high'])}]"
 
 
+def next_window(warmup_kept: bool) -> list[str]:
+    """How the next window runs: the exact device command (femlm.study.gpu_command; benchmarks/gpu_bundle.py
+    prints it with the checkout's commit and checks the size of what travels)."""
+    from femlm.study.gpu_command import AFTER, carry_paths, study_command
+
+    return ["## The next window", "",
+            "Beside the data mirror, `FEMLM_MIRROR=../shared/data python benchmarks/gpu_bundle.py` prepares the copy "
+            "(or finds it prepared), prints its size (at most 64 MiB) and this command with the checkout's commit "
+            "(named -dirty when the tree has uncommitted changes); run it as one device call with timeout_s=600 and "
+            f"carry {carry_paths(warmup_kept)}:", "", "```", study_command("<commit>"), "```", "", f"Then, {AFTER}.",
+            ""]
+
+
 def downstream_lines(down: dict[str, Any]) -> list[str]:
     lines = ["## Downstream (secondary: intervals only)", ""]
+    lines += [f"- seed {m['seed']}: no downstream runs ({m['error']})" for m in down.get("missing", [])]
     for task, d in down.items():
+        if task == "missing":
+            continue
         lines.append(f"- {task} ({d['metric']}, {d['seeds']} pre-training seeds, each the mean of its fine-tuning "
                      "runs): " + "; ".join(f"{arm} - MLM {_interval(c)}" for arm, c in d["vs_mlm"].items())
                      + "; collapsed runs (one class for every test example, kept in the means): " + ", ".join(

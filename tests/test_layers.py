@@ -29,10 +29,11 @@ ALLOWED = {
     "autoresume": set(),
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
-    "experiment": {"femlm", "errors"},
+    "experiment": {"femlm", "errors", "masking"},
     # study/gpu.py (issue 39) trains every arm and seed in its one process: the arms' configs composed as the CLI
     # composes them (compose, config) and femlm's own step (train, masking, runtime).
-    "study": {"analysis", "compose", "config", "data", "errors", "experiment", "masking", "models", "outputs",
+    "study": {"analysis", "compose", "config", "data", "errors", "experiment", "femlm", "masking", "models", "outputs",
+              "paper",
               "provenance", "report", "runs", "runtime", "train"},
 }
 

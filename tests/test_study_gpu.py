@@ -122,7 +122,9 @@ def test_results_use_complete_seeds_only_and_read_each_comparison_from_its_inter
     tied = comps["training_loss/same_rows/fe_passes_subword/final_loss"]
     assert (tied["family"], tied["reading"]) == ("confirmatory", "not decided") and tied["low"] <= 0 <= tied["high"]
     assert {c["family"] for k, c in comps.items() if not k.endswith("/final_loss") or "vs" in k} == {"exploratory"}
-    assert (tmp_path / "out" / "comparisons.csv").is_file() and "### Findings" in readme
+    assert (tmp_path / "out" / "comparisons.csv").is_file() and "### The declared family: confirmatory" in readme
+    # the writer edits nothing outside its output folder (README.md's block is the runner's last step)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"]
 
 
 def _four_seeds(runs: Path, plan: dict) -> None:
@@ -192,8 +194,9 @@ def test_a_declared_comparison_the_results_lack_stays_in_the_family_undecided(tm
     comps = {c["key"]: c for c in json.loads((tmp_path / "out" / "study.json").read_text())["comparisons"]}
     typo = comps["training_loss/same_rows/fe_typo/final_loss"]
     assert (typo["family"], typo["reading"]) == ("confirmatory", "not decided") and typo["estimate"] is None
-    # three in the family now: Holm's adjustment of the others grows with it
-    assert sum(c["family"] == "confirmatory" for c in comps.values()) == 3
+    # three in the family now, the one without a result counted at p = 1 (what that does to the others' Holm p:
+    # tests/test_study_verdicts.py, test_a_missing_member_counts_at_p_one_so_the_family_does_not_shrink)
+    assert sum(c["family"] == "confirmatory" for c in comps.values()) == 3 and "no result" in typo["why"]
 
 
 def test_a_shorter_window_fits_fewer_seeds_and_a_bad_budget_is_refused() -> None:

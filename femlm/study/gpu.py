@@ -30,6 +30,7 @@ from femlm.experiment.schema import Experiment
 from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
 from femlm.runs import RUN_MARKER, made_by
+from femlm.study.driver import summaries_step
 from femlm.study.gpu_plan import GpuPlan, make_plan
 
 COMMAND = "pretrain-scratch"
@@ -250,4 +251,5 @@ def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
     return [step("prepare the tokenizer and blocks", "prepare", parts["start-up"], lambda r: prepare(plan, runs)),
             step(f"train {len(gp.seeds)} seeds x {len(gp.arms)} arms in one process", "pretrain",
                  parts["compile"] + parts["training"] + parts["evaluation"], train),
-            step("results", "results", parts["results"], results)]
+            step("results", "results", parts["results"], results),
+            *summaries_step(plan, out, None, runs, opts)]

@@ -19,10 +19,10 @@ from femlm.study.collect import pretrain_entry
 from femlm.study.compare import analyse_pretraining
 from femlm.study.figures import plot_curves
 from femlm.study.gpu_plan import GpuPlan
-from femlm.study.headlines import write_headlines
+from femlm.study.readings import rows as verdict_rows
+from femlm.study.readings import verdict_lines
 from femlm.study.tables import band_rows, run_rows
-from femlm.study.verdicts import adjust, pretrain_comparisons, verdict_lines
-from femlm.study.verdicts import rows as verdict_rows
+from femlm.study.verdicts import adjust, pretrain_comparisons
 
 # A model that predicts from context beats the loss of predicting every masked token from the training set's token
 # frequencies alone (the unigram cross-entropy); within this margin of it, it has not left that plateau.
@@ -109,13 +109,14 @@ def write_results(plan: dict[str, Any], gp: GpuPlan, runs: Path, out: Path) -> P
     summaries = [r["summary"] for r in data["pretrain"]]
     base = unigram_baseline(runs / "data")
     gate = plateau_gate(summaries, base)
-    comps = pretrain_comparisons(pre)
+    comps = pretrain_comparisons(pre, reference=plan["pretrain"]["reference"])
     for c in comps:
         c.gated += ["no arm left the unigram plateau (the README's gate)"] if gate else []
     adjust(comps, plan)
     for mode, res in pre.items():
         if "bands" in res:
-            plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png", "held-out MLM loss vs training compute")
+            plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png", "held-out MLM loss vs training compute",
+                        ("unigram: token frequencies alone", base["loss"]) if base else None)
     if pre:
         write_csv(out / "pretrain_bands.csv", band_rows(pre), line_end=CRLF)
         write_csv(out / "pretrain_runs.csv", run_rows(pre), line_end=CRLF)
@@ -169,6 +170,5 @@ def write_readme(plan: dict[str, Any], planned: dict[str, Any], out: Path, seeds
               "Files: comparisons.csv (every comparison, raw and adjusted p, reading), pretrain_runs.csv, "
               "pretrain_bands.csv, study.json, loss_vs_flops_same_rows.png.", ""]
     path = out / "README.md"
-    path.write_text("\n".join(lines))
-    write_headlines(out.parent.parent / "README.md", out.parent.parent)  # results/<study>/: the top README's block
+    path.write_text("\n".join(lines))  # README.md's block: the runner's last step (femlm.study.headlines.refresh)
     return path

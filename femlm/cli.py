@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import secrets
 import signal
@@ -61,6 +62,8 @@ def _help_text(name: str, command: Command) -> str:
         usage.append("No bare arguments: every setting is key=value or group=option.")
     if command.resumable:
         usage.append(f"Continue a stopped run: femlm {name} resume=true (the newest) or resume=<run directory>.")
+    for _option, target in command.modes:  # e.g. femlm report --compare: its one-paragraph help
+        usage.append(getattr(importlib.import_module(target.split(":")[0]), "HELP", f"{_option}: {target}"))
     return "\n\n".join([command.summary, "\b\nConfig groups (choose with group=option):\n" + "\n".join(groups),
                         "\b\n" + "\n".join(usage)])
 

@@ -63,20 +63,36 @@ def finite(value: Any) -> Any:
     return value
 
 
-# One colour per arm in every figure (issue 37): each masking arm (femlm/conf/masking/) and baseline row keeps its
-# colour across the study's and the report's figures; no two entries share one. Hex, so no style cycle moves them.
-ARM_COLORS = {
+# One colour per arm in every figure (issues 37, 47): the published arms and baseline rows keep these (pinned, so
+# the committed figures and any redrawn ones agree); any other arm takes the next free colour of PALETTE by sorted
+# name among the arms one figure draws (`arm_colors`), so a new masking YAML needs no entry here. Hex, so no
+# style cycle moves them.
+PINNED_COLORS = {
     "mlm_subword": "#1f77b4", "fe_subword": "#d62728", "iid_subword": "#2ca02c", "fe_passes_subword": "#ff7f0e",
     "mlm_wwm": "#9467bd", "fe_passes_word": "#8c564b", "mlm_span": "#e377c2", "fe_span": "#bcbd22",
     "iid_span": "#17becf", "fe_passes_span": "#aec7e8", "mlm_bernoulli": "#98df8a", "fe_subword_allmask": "#ff9896",
     "no_continual": "#7f7f7f", "warmup_only": "#c5b0d5", "warmup": "#c49c94", "head_warmup": "#dbdb8d",
 }
-OTHER_COLOR = "#000000"  # an arm without an entry: black, never a colour another arm owns
+# Colours no pinned entry uses (matplotlib's tab20b, then tab20c's darker half).
+PALETTE = ("#393b79", "#5254a3", "#6b6ecf", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c", "#8c6d31",
+           "#bd9e39", "#e7ba52", "#e7cb94", "#843c39", "#ad494a", "#d6616b", "#e7969c", "#7b4173", "#a55194",
+           "#ce6dbd", "#de9ed6", "#3182bd", "#e6550d", "#31a354", "#756bb1")
+OTHER_COLOR = "#000000"  # past the palette's end: black, never a colour another arm owns
+
+
+def arm_colors(arms: Any) -> dict[str, str]:
+    """Each of ``arms`` its colour: pinned where it has one, else the next palette colour by sorted name."""
+    names = [str(a) for a in dict.fromkeys(arms)]
+    free = iter(PALETTE)
+    out = {a: PINNED_COLORS[a] for a in names if a in PINNED_COLORS}
+    for a in sorted(a for a in names if a not in PINNED_COLORS):
+        out[a] = next(free, OTHER_COLOR)
+    return out
 
 
 def arm_color(arm: Any) -> str:
-    """The arm's colour in every figure (its masking name, e.g. ``fe_subword``; OTHER_COLOR when unknown)."""
-    return ARM_COLORS.get(str(arm), OTHER_COLOR)
+    """One arm's colour alone (a figure with several unpinned arms should ask `arm_colors` for all of them)."""
+    return arm_colors([arm])[str(arm)]
 
 
 def pyplot() -> Any:

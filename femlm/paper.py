@@ -135,6 +135,10 @@ PAPER_SCALE = {
     "glue_average": "average of the 9 GLUE dev numbers of the GLUE table (MNLI matched and mismatched count separately)",
 }
 
+# The paper's continual pre-training (CS) in tokens per arm: batch 48 x sequence 512 x ~40k steps (its Section 4.1;
+# "around 40k steps"): what a study's scale is stated as a share of.
+CONTINUAL_CS_TOKENS_PER_ARM = 40_000 * 48 * 512
+
 _CELL = re.compile(r"^\s*(-?\d+(?:\.(\d+))?)\s*(?:±\s*(\d+(?:\.\d+)?))?\s*$")
 
 

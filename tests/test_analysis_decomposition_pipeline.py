@@ -58,7 +58,7 @@ def test_analyze_decomposition_end_to_end(tmp_path: Path, monkeypatch: pytest.Mo
     with (run_dir / "null_model.csv").open() as handle:
         bins = list(csv.DictReader(handle))
     assert len(bins) == 3 and all(math.isfinite(float(b["residual"])) for b in bins)
-    assert "## Verdict per K" in (run_dir / "decomposition.md").read_text()
+    assert "## Per K (equal compute)" in (run_dir / "decomposition.md").read_text()
     plan = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert plan["stage"] == "plan" and plan["passes"] == saved["cost"]["passes"]
     assert (Path(out["results_dir"]) / "decomposition.png").is_file()

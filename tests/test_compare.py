@@ -128,9 +128,64 @@ def test_compare_bad_folders(tmp_path: Path) -> None:
 def test_pretraining_losses_must_be_equal_on_the_same_device_and_are_shown_on_another(tmp_path: Path) -> None:
     committed = _report(_runs(tmp_path / "a", final=5.25), tmp_path / "ra")
     lines, status = compare(committed, _report(_runs(tmp_path / "b", final=5.25), tmp_path / "rb"))
-    assert status == 0 and any("9.0000 / 5.2500 vs 9.0000 / 5.2500: equal (same device)" in x for x in lines), lines
+    assert status == 0 and any("9.0 / 5.25 vs 9.0 / 5.25: equal (same device)" in x for x in lines), lines
     lines, status = compare(committed, _report(_runs(tmp_path / "c", final=5.31), tmp_path / "rc"))
     assert status == 1 and any("DIFFERS on the same device" in x for x in lines)
     other = _report(_runs(tmp_path / "d", final=5.31, cpu="Intel Xeon [amx_bf16]"), tmp_path / "rd")
     lines, status = compare(committed, other)
     assert status == 0 and any("shown only (another device" in x for x in lines)
+
+
+def _study(root: Path, final: float = 5.123456789012345) -> Path:
+    """A study folder: study.json with a full environment record and the per-seed pretrain_runs.csv (mode, arm,
+    seed; losses at full precision, as femlm writes them)."""
+    root.mkdir(parents=True)
+    env = {"runs": 4, "packages": {k: [v] for k, v in PACKAGES.items()}, "device": ["AMD EPYC [avx512_bf16]"],
+           "threads": [2], "precision": ["fp32"], "vocabulary_sha256": ["c" * 64],
+           "corpora": {"cs": [{"sha256": "a" * 64, "train": CORPUS["train"], "validation": CORPUS["validation"]}]}}
+    (root / "study.json").write_text(json.dumps({"kind": "study", "environment": env}))
+    rows = ["mode,arm,seed,final_loss,mean_loss"]
+    for seed in (1, 2):
+        rows.append(f"same_rows,mlm_subword,{seed},{final + seed!r},{6.0 + seed / 7!r}")
+        rows.append(f"same_rows,fe_subword,{seed},{final + seed / 3!r},{6.1 + seed / 7!r}")
+    (root / "pretrain_runs.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def test_a_study_folder_is_compared_per_mode_arm_and_seed_at_full_precision(tmp_path: Path) -> None:
+    """Two study folders used to pass on fingerprints alone ("0 of 0 numbers within noise", exit 0)."""
+    committed = _study(tmp_path / "a")
+    lines, status = compare(committed, committed)
+    assert status == 0 and lines[-1].startswith("reproduced") and "(8 of 8 numbers" in lines[-1], lines
+    changed = _study(tmp_path / "b")
+    text = (changed / "pretrain_runs.csv").read_text().replace("6.123456789012345", "6.123456789012346", 1)
+    (changed / "pretrain_runs.csv").write_text(text)  # one final loss, one unit in the 16th digit
+    lines, status = compare(committed, changed)
+    assert status == 1
+    (bad,) = [x for x in lines if "DIFFERS on the same device" in x]
+    assert bad.startswith("  same_rows/mlm_subword/seed 1:") and "(final_loss)" in bad
+
+
+def test_a_comparison_of_no_numbers_cannot_be_checked(tmp_path: Path) -> None:
+    a, b = _study(tmp_path / "a"), _study(tmp_path / "b")
+    for folder in (a, b):
+        (folder / "pretrain_runs.csv").unlink()
+    lines, status = compare(a, b)
+    assert status == 1 and "no number compared: cannot be checked" in "\n".join(lines)
+    assert lines[-1].startswith("not reproduced") and "(0 of 0 numbers" in lines[-1]
+
+
+def test_a_folder_written_with_four_decimals_is_compared_at_four() -> None:
+    from femlm.report.compare import same_loss
+
+    assert same_loss("5.2500", "5.25") == (True, "")
+    assert same_loss("6.8301", "6.830112345678901") == (True, " (at 4 decimals: committed rounded)")
+    assert same_loss("6.8301", "6.830162345678901")[0] is False
+
+
+def test_report_help_documents_compare() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "femlm.cli", "report", "--help"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0 and "--compare COMMITTED NEW" in done.stdout and "exits 0 only" in done.stdout
+

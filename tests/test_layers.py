@@ -29,10 +29,11 @@ ALLOWED = {
     "autoresume": set(),
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
-    "experiment": {"femlm", "errors"},
+    "experiment": {"femlm", "errors", "masking"},
     # study/gpu*.py (issue 45) runs a GPU window in its one process: every run's config composed as the CLI composes
     # it (compose, config), through femlm's one training loop (train) and `femlm finetune`'s own entry (eval).
-    "study": {"analysis", "compose", "config", "data", "errors", "eval", "experiment", "masking", "models", "outputs",
+    "study": {"analysis", "compose", "config", "data", "errors", "eval", "experiment", "femlm", "masking", "models",
+              "outputs", "paper",
               "provenance", "report", "runs", "runtime", "train"},
 }
 

@@ -165,10 +165,11 @@ def test_smoke_study_end_to_end_twice(tmp_path: Path) -> None:
     first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-4000:]
     readme = (tmp_path / "out" / "README.md").read_text()
-    for heading in ("## What was measured", "## What the evidence says", "### Findings (confirmatory",
-                    "### Confirmatory, not decided", "### Exploratory readings",
+    for heading in ("## What was measured", "## What the evidence says", "**FE vs MLM:",
+                    "### The declared family: primary, chosen after the data", "### Exploratory (Benjamini-Hochberg",
                     "## 1-2. Variance", "## 3. Training speed", "## 4. Downstream", "SMOKE RUN"):
         assert heading in readme, heading
+    assert "no difference detected" not in readme and '"verdict"' not in (tmp_path / "out" / "study.json").read_text()
     study = json.loads((tmp_path / "out" / "study.json").read_text())
     assert study["smoke"] and not study["missing"] and set(study["pretraining"]) == {"same_rows", "same_sequences"}
     for name in ("loss_vs_flops_same_rows.png", "loss_vs_flops_same_sequences.png", "downstream.png",

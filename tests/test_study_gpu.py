@@ -59,7 +59,7 @@ def test_the_tost_power_formula_agrees_with_a_simulation() -> None:
 # ---------------------------------------------------------------------------------------------- the plan
 def test_the_plan_prints_n_delta_the_gates_and_seeds_per_window_for_both_cards(w) -> None:
     text = w.plan.text()
-    assert w.plan.n == 46 and "N = 46 paired seeds" in text and "delta: 0.01 nats" in text
+    assert w.plan.n == 46 and "N = 46 paired seeds" in text and "delta: 0.01 nats (stats.delta)" in text
     assert "gates: the warm-up's Wikipedia held-out loss >= 1 nat below the context-free baseline" in text
     for card in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
         assert f"  {card}: " in text
@@ -95,7 +95,7 @@ def test_arms_that_do_not_cover_one_cycle_of_visits_are_refused(w) -> None:
 
     runs = gpu_plan.read_runs(configs.warmup(w.exp), configs.arms(w.exp), {}, counts, "test")
     assert runs.problems and "one full cycle of K = 6 visits" in runs.problems[0]
-    plan = gpu_plan.make_plan(w.g, 8, runs, ARMS, 2, counts)
+    plan = gpu_plan.make_plan(w.g, 8, runs, ARMS, [0.01, 0.01], counts)
     assert "REFUSED" in plan.text()
     with pytest.raises(UserError, match="one full cycle"):
         plan.refuse()
@@ -115,9 +115,9 @@ def test_the_plans_model_counts_match_the_built_model() -> None:
 
 # ---------------------------------------------------------------------------------------------- the typed block
 @pytest.mark.parametrize("edit, message", [
-    (lambda g: g["analysis"].update(dleta=0.01), "experiment.gpu.analysis.dleta: no such key; did you mean "
-                                                 "experiment.gpu.analysis.delta?"),
-    (lambda g: g["analysis"].update(delta="small"), "experiment.gpu.analysis.delta='small': expected float"),
+    (lambda g: g["analysis"].update(procedur="holm"), "experiment.gpu.analysis.procedur: no such key; did you mean "
+                                                      "experiment.gpu.analysis.procedure?"),
+    (lambda g: g["window"].update(margin_s="soon"), "experiment.gpu.window.margin_s='soon': expected float"),
     (lambda g: g["analysis"].update(procedure="bonferoni"), "experiment.gpu.analysis.procedure='bonferoni': allowed holm"),
     (lambda g: g["warmup"].update(policy="each"), "experiment.gpu.warmup.policy='each': allowed carried, per_window"),
     (lambda g: g["cards"][0]["reference"].pop("rows"), "experiment.gpu.cards[0].reference.rows is missing"),
@@ -196,14 +196,14 @@ def test_n_is_revised_once_upward_from_the_paired_sd_only(tmp_path: Path) -> Non
         noise = rng.normal(0, 0.03, 2)
         losses = {"mlm_subword": 5.0, "fe_passes_subword": 5.0 + noise[0], "fe_subword": 5.2 + noise[1]}
         gpu_windows.write_seed(tmp_path, seed, _record(seed, losses=losses), {})
-    line = gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], 2, "w1")
+    line = gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], [0.01, 0.01], "w1")
     rev = gpu_windows.revision(tmp_path)
     assert line and rev["n"] > 46 == rev["n_declared"]
     # the mean shift of fe_subword (+0.2) does not enter: only the SDs
     sds = gpu_windows.paired_sds(gpu_windows.records(tmp_path), "mlm_subword", ARMS[1:])
     assert rev["sd_used"] == pytest.approx(max(sds.values()))
     gpu_windows.write_seed(tmp_path, 6, _record(6), {})
-    assert gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], 2, "w2") is None  # never again
+    assert gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], [0.01, 0.01], "w2") is None  # never again
 
 
 def test_prepared_data_is_reused_only_when_its_settings_are_equal(tmp_path: Path) -> None:

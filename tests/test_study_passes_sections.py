@@ -1,14 +1,16 @@
-"""The study's sentences about `femlm analyze passes` runs (femlm/study/passes.py): each verdict drawn only where the
-gates and the interval allow it, on hand-made passes.json fragments."""
+"""The study's sentences about `femlm analyze passes` runs (femlm/study/passes.py): each reading drawn only where the
+gates and the interval allow it, on hand-made passes.json fragments; a mechanism reading (lower / higher), never one
+for or against FE."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from femlm.study.passes import passes_rows, passes_section, reading
-from femlm.study.verdicts import AGAINST, FAVOURS, UNDECIDED, adjust, passes_comparisons
+from femlm.study.passes import passes_rows, passes_section
+from femlm.study.verdicts import HIGHER, LOWER, UNDECIDED, adjust, passes_comparisons, says
 
-PLAN = {"name": "s", "stats": {"confirmatory": ["passes/warmup_r15/K6"]}}
+PLAN = {"name": "s", "stats": {"declared": {"when": "before", "date": "2026-11-27"},
+                               "confirmatory": ["passes/warmup_r15/K6"]}}
 
 
 def readings(runs: dict[str, Any]) -> dict[str, Any]:
@@ -29,47 +31,44 @@ def run(ratio: float, ci: list[float], sequences: int = 24, mom: float | None = 
     return {"warmup_r15": {"json": j, "label": "masking ratio 0.15"}}
 
 
-def only(runs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    d = runs["warmup_r15"]
-    return d["json"], d["json"]["rows"][0]
+def section(runs: dict[str, Any]) -> str:
+    return "\n".join(passes_section(runs, readings(runs)))
 
 
-def test_an_interval_below_one_favours_fe_with_its_scope() -> None:
+def test_an_interval_below_one_reads_lower_with_its_scope() -> None:
     runs = run(0.55, [0.45, 0.68])
-    assert reading(*only(runs)) == "lower with disjoint visits"
     c = readings(runs)["passes/warmup_r15/K6"]
-    assert (c.reading, c.estimate, c.low, c.high, c.n) == (FAVOURS, 0.55, 0.45, 0.68, 24)
+    assert (c.reading, c.estimate, c.low, c.high, c.n) == (LOWER, 0.55, 0.45, 0.68, 24) and not c.about_fe
     assert "mask term only" in c.text and "one checkpoint" in c.text
+    assert says(c) in section(runs) and "lower (mechanism, not FE's benefit)" in section(runs)
+    assert any("disjointness itself" in x for x in c.caveats)  # K x tau = 114 of a 128-token block
 
 
-def test_an_interval_above_one_is_against_fe() -> None:
-    runs = run(1.3, [1.1, 1.5])
-    assert reading(*only(runs)) == "higher with disjoint visits"
-    assert readings(runs)["passes/warmup_r15/K6"].reading == AGAINST
+def test_an_interval_above_one_reads_higher() -> None:
+    assert readings(run(1.3, [1.1, 1.5]))["passes/warmup_r15/K6"].reading == HIGHER
 
 
 def test_an_interval_containing_one_is_not_decided() -> None:
     c = readings(run(0.9, [0.7, 1.1]))["passes/warmup_r15/K6"]
-    assert c.reading == UNDECIDED and "ratios outside [0.7, 1.1] excluded" in c.why
+    assert c.reading == UNDECIDED and "ratios outside [0.700, 1.100] excluded" in c.why
 
 
 def test_too_few_sequences_are_not_measured_whatever_the_interval() -> None:
     runs = run(0.5, [0.4, 0.6], sequences=8)
-    assert reading(*only(runs)).startswith("not measured: too few units: 8 sequences")
     c = readings(runs)["passes/warmup_r15/K6"]
     assert c.reading == UNDECIDED and c.why.startswith("not measured: too few units: 8 sequences")
 
 
 def test_heavy_tails_are_not_measured() -> None:
     runs = run(0.5, [0.4, 0.6], mom=1.2)  # mean and median of means disagree beyond a factor 2
-    assert "heavy tails" in reading(*only(runs))
-    assert readings(runs)["passes/warmup_r15/K6"].reading == UNDECIDED
+    c = readings(runs)["passes/warmup_r15/K6"]
+    assert c.reading == UNDECIDED and "heavy tails" in c.why
 
 
 def test_an_out_of_range_prediction_is_flagged_beside_the_measurement() -> None:
     runs = run(0.55, [0.45, 0.68], sigma_m2=-1.0)
-    text = "\n".join(passes_section(runs))
-    assert "sigma_m2 = -1 <= 0" in text and "lower with disjoint visits" in text
+    text = section(runs)
+    assert "sigma_m2 = -1 <= 0" in text and "| lower (mechanism" in text
     (row,) = passes_rows(runs)
     assert row["prediction_not_measured"] and not row["not_measured"]
     assert "expanded percentile bootstrap over 24 sequences" in text
@@ -92,5 +91,5 @@ def test_every_k_keeps_its_own_reading_when_one_is_gated() -> None:
     gated = run(2.0, [0.7, 4.5], mom=0.9)["warmup_r15"]["json"]["rows"][0]  # heavy tails at the largest K
     runs["warmup_r15"]["json"]["rows"] = [{**runs["warmup_r15"]["json"]["rows"][0], "K": 4}, {**gated, "K": 6}]
     got = readings(runs)
-    assert got["passes/warmup_r15/K4"].reading == FAVOURS and got["passes/warmup_r15/K4"].family == "exploratory"
+    assert got["passes/warmup_r15/K4"].reading == LOWER and got["passes/warmup_r15/K4"].family == "exploratory"
     assert got["passes/warmup_r15/K6"].reading == UNDECIDED and "heavy tails" in got["passes/warmup_r15/K6"].why

@@ -2,8 +2,8 @@
 verdicts.py on hand-made study fragments.
 
 Each case builds the decomposition.json a run would leave (or a pre-training comparison) with known numbers and
-checks the reading femlm gives it (favours FE, against FE, not decided; gated: out of range, too few units,
-heavy-tailed) and what its sections print. No run, no file: pure functions of the fragments.
+checks the reading femlm gives it (a prediction reads lower / higher, never for or against FE; not decided; gated:
+out of range, too few units, heavy-tailed) and what its sections print. No run, no file: pure functions of the fragments.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from femlm.study.ratios import ratio_rows, ratio_section, side_by_side
 from femlm.study.sections import decomposition_section, fmt_ratio
-from femlm.study.verdicts import AGAINST, FAVOURS, UNDECIDED, adjust, study_comparisons
+from femlm.study.verdicts import HIGHER, LOWER, UNDECIDED, adjust, study_comparisons
 
 
 def term(value: float, ci: list[float]) -> dict[str, Any]:
@@ -52,28 +52,34 @@ def fragment(ratio: float = 0.9, ci: tuple[float, float] = (0.85, 0.95), pool: i
 
 
 def readings_of(j: dict[str, Any], **d: Any) -> tuple[Any, Any]:
-    """(FE / MLM variance at K=4, the null model's residual decrease) of one decomposition run, read."""
-    plan: dict[str, Any] = {"name": "s", "stats": {}}
+    """(FE / MLM variance at K=4, the null model's residual decrease) of one decomposition run, read: each the one
+    member of its family, so its 95% interval is at the family's level (no bootstrap replicates here)."""
+    plan: dict[str, Any] = {"name": "s", "stats": {"declared": {"when": "before", "date": "2026-11-27"},
+                                                   "confirmatory": ["variance_ratio/warmup/K4"]}}
     comps = {c.kind: c for c in adjust(study_comparisons(plan, {"warmup": {"json": j, **d}}, {}, {}, []), plan)}
     return comps["variance_ratio"], comps["context"]
 
 
-def test_below_one_favours_fe_and_a_residual_decrease_is_not_about_fe() -> None:
+def test_a_prediction_below_one_reads_lower_and_never_for_fe() -> None:
     var, ctx = readings_of(fragment(0.9, (0.85, 0.95)))
-    assert (var.reading, var.low, var.high, var.n) == (FAVOURS, 0.85, 0.95, 40)
+    assert (var.reading, var.low, var.high, var.n) == (LOWER, 0.85, 0.95, 40) and not var.about_fe
+    assert var.nature == "prediction" and var.p is None  # a bootstrap without replicates: no p
     assert "predicted by the decomposition at tau = 15" in var.text
     assert ctx.reading == "higher" and not ctx.about_fe and (ctx.low, ctx.high) == (3.0, 6.0)
 
 
-def test_above_one_is_against_fe() -> None:
+def test_a_prediction_above_one_reads_higher() -> None:
     var, _ = readings_of(fragment(1.05, (1.03, 1.08)))
-    assert var.reading == AGAINST and var.why == "higher than 1"
+    assert var.reading == HIGHER and var.why == "higher than 1"
+    text = "\n".join(decomposition_section({"warmup": {"json": fragment(1.05, (1.03, 1.08))}},
+                                           readings={var.key: var}))
+    assert "higher (a prediction, not a training outcome)" in text and "against FE" not in text
 
 
 def test_an_interval_containing_the_null_is_not_decided() -> None:
     var, ctx = readings_of(fragment(1.0, (0.93, 1.15), residual_ci=(-0.5, 2.0)))
     assert var.reading == ctx.reading == UNDECIDED
-    assert "ratios outside [0.93, 1.15] excluded" in var.why and "differences larger than 2 excluded" in ctx.why
+    assert "ratios outside [0.930, 1.150] excluded" in var.why and "differences larger than 2 excluded" in ctx.why
 
 
 def test_out_of_range_estimates_are_not_measured() -> None:
@@ -83,7 +89,7 @@ def test_out_of_range_estimates_are_not_measured() -> None:
     assert var.why.startswith("not measured: sigma_d2") and var.p_adjusted is None
     assert "D2" in ctx.why and "outside [0, 1]" in ctx.why
     text = "\n".join(decomposition_section({"warmup": {"json": j}}))
-    assert "not measured" in text and "0.950" in text  # the numbers stay, beside the reason
+    assert "not measured" in text and "0.95 [0.9, 0.99]" in text  # the numbers stay, beside the reason
 
 
 def test_too_few_units_print_no_interval_and_no_verdict() -> None:
@@ -129,8 +135,9 @@ def test_censored_ratio_is_a_bound_not_an_interval() -> None:
              "not_reached": {"arm": 2, "reference": 0}, "verdict": "more compute (a lower bound)"}
     text = fmt_ratio(lower)
     assert text.startswith(">= 1.200") and "no interval" in text and "[1.05" not in text and "2 arm runs" in text
+    assert text.endswith(": not decided")
     assert fmt_ratio({**lower, "bound": "both censored"}).startswith("not measured")
-    plain = {**lower, "bound": "", "verdict": "more compute"}
+    plain = {**lower, "bound": ""}
     assert "1.200 [1.050, 1.400] (3 seeds" in fmt_ratio(plain)
 
 
@@ -172,53 +179,58 @@ def test_drop_missing_figures(tmp_path) -> None:
 
 def test_regenerate_the_minilm_readme_from_its_study_json(tmp_path) -> None:
     """results/study/ (MiniLM) regenerated without its run directories: the null model ran on 4 sequences, so no
-    'evidence of context interactions' may remain, and the censored same-sequences ratio is a bound."""
+    context-interaction reading may remain, and the censored same-sequences ratio is a bound; the summaries
+    outside the folder are the runner's next step (headlines.refresh), never the writer's."""
     import shutil
     from pathlib import Path
 
+    from femlm.study.headlines import refresh
     from femlm.study.plan import load_plan
     from femlm.study.regenerate import regenerate
 
     src = Path(__file__).resolve().parents[1] / "results" / "study"
-    out = tmp_path / "study"
+    out = tmp_path / "results" / "study"
     shutil.copytree(src, out)
+    evidence = tmp_path / "evidence.md"
+    evidence.write_text("intro\n<!-- study:begin -->\nold\n<!-- study:end -->\nrest\n")
     top = tmp_path / "README.md"
-    top.write_text("intro\n<!-- study:begin -->\nold\n<!-- study:end -->\nrest\n")
-    (tmp_path / "results").mkdir()
-    shutil.copytree(src, tmp_path / "results" / "study")
-    head = tmp_path / "TOP.md"
-    head.write_text("x\n<!-- evidence:begin -->\nold\n<!-- evidence:end -->\ny\n")
-    text = regenerate(load_plan(False, "study"), out, top, head).read_text()
+    top.write_text("x\n<!-- evidence:begin -->\nold\n<!-- evidence:end -->\ny\n")
+    plan = load_plan(False, "study")
+    text = regenerate(plan, out).read_text()
+    assert evidence.read_text().count("old") == 1 and "\nold\n" in top.read_text()  # nothing outside ``out``
     assert "context interactions detected" not in text
     assert text.count("not measured: too few units: 4 sequences") >= 2
     assert ">= 1.331 (a bound, no interval" in text
     assert "predicted by the decomposition at tau = 15" in text
-    block = top.read_text()
+    assert "primary, chosen after the data" in text and "confirmatory (declared before" not in text
+    refresh(plan, out, evidence, top)
+    block = evidence.read_text()
     assert block.startswith("intro\n<!-- study:begin -->") and block.endswith("<!-- study:end -->\nrest\n")
     assert "Holm at a family-wise 0.05" in block and "\nold\n" not in block
-    assert regenerate(load_plan(False, "study"), out, top).read_text() == text  # idempotent
-    assert top.read_text() == block
-    # The multiplicity rule: the declared family, Holm-adjusted, beside the raw p; every comparison in the CSV.
+    assert regenerate(plan, out).read_text().replace(time_note(text), "") == text.replace(time_note(text), "")
     comps = list(csv.DictReader((out / "comparisons.csv").open(newline="")))
-    conf = [r for r in comps if r["family"] == "confirmatory"]
-    assert len(conf) == len(load_plan(False, "study")["stats"]["confirmatory"])
+    conf = [r for r in comps if r["family"] == "primary"]
+    assert len(conf) == len(plan["stats"]["confirmatory"])
     assert all(float(r["p_adjusted"]) >= float(r["p"]) for r in comps if r["p_adjusted"])
     (non_overlap,) = [r for r in conf if r["key"] == "fe_vs_control/same_rows/final_loss"]
     assert float(non_overlap["high"]) < 0 and float(non_overlap["p"]) < 0.05  # 3 seeds, p = 0.031 raw
     assert float(non_overlap["p_adjusted"]) >= 0.05 and non_overlap["reading"] == "not decided"
-    assert int(non_overlap["seeds_needed"]) > 3
-    assert f"**{non_overlap['reading']}**" in text
-    # README.md's block: the confirmatory readings of the regenerated study, not the old hand-written text.
-    assert "FE-MLM evidence study" in head.read_text() and "\nold\n" not in head.read_text()
-    # No link to a figure the study never had (its run predates Figure 2), every linked figure exists.
+    assert int(non_overlap["seeds_needed"]) > 3 and "observed effect" in non_overlap["seeds_basis"]
+    (variance,) = [r for r in conf if r["key"] == "variance_ratio/warmup/K4"]
+    assert variance["p"] == "" and variance["nature"] == "prediction" and variance["reading"] == "not decided"
+    # README.md's block: the declared family of the regenerated study, a table
+    assert "FE-MLM evidence study" in top.read_text() and "| comparison | estimate [95% CI] | Holm p |" in top.read_text()
     assert "covariance_distribution_warmup.png" not in text
     assert all((out / m[1]).is_file() for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+)\)$", text, re.M))
-    # The sizing names where its unit costs were measured (not "this machine").
     assert "measured on this machine" not in text and "measured on 2 CPU cores (AMD EPYC" in text
-    # A censored ratio is a bound in the CSV too: no interval, no p-value.
     rows = list(csv.DictReader((out / "pretrain_comparisons.csv").open(newline="")))
     assert {r["quantity"] for r in rows} >= {"final_loss difference to iid_subword (paired)"}  # fe_vs_control too
     bounds = [r for r in rows if r["bound"]]
     assert bounds and all(r["low"] == r["high"] == r["p"] == "" for r in bounds)
     assert all(r["low"] and r["high"] for r in rows if r["quantity"].startswith("compute") and not r["bound"]
                and r["not_reached_arm"] == "0" and r["n"] != "1")
+
+
+def time_note(text: str) -> str:
+    """The regeneration note (it carries the date)."""
+    return next(line for line in text.splitlines() if line.startswith("_Regenerated from"))

@@ -284,14 +284,16 @@ class DecompositionResult:
     units: dict[str, np.ndarray] = field(default_factory=dict)  # per pool sequence (unit_arrays)
 
 
-def _verdict(ci: list[float], better: str, worse: str) -> str:
+def _verdict(ci: list[float], name: str) -> str:
+    """Where the 95% interval of ``name`` / MLM per unit compute lies against 1: a description of one run's interval,
+    unadjusted, not a reading (a study reads it with its family: femlm.study.verdicts)."""
     if not all(np.isfinite(ci)):
         return "no interval (bootstrap = 0)"
     if ci[1] < 1:
-        return better
+        return f"{name} / MLM: 95% interval below 1 (unadjusted)"
     if ci[0] > 1:
-        return worse
-    return "inconclusive: the 95% interval contains 1"
+        return f"{name} / MLM: 95% interval above 1 (unadjusted)"
+    return f"{name} / MLM: 95% interval contains 1"
 
 
 def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[int], tau: int, rows: int,
@@ -383,9 +385,7 @@ def decomposition_study(grad_fn: GradFn, valid: torch.Tensor, num_masks: list[in
             name = "FE" if arm == "fe" else "i.i.d. K-mask"
             by_arm[arm] = {
                 "per_compute_vs_mlm": row["per_compute_vs_mlm"], "ci": row["per_compute_vs_mlm_ci"],
-                "verdict": _verdict(row["per_compute_vs_mlm_ci"],
-                                    f"{name} reduces training-gradient variance at equal compute",
-                                    f"{name} increases training-gradient variance at equal compute"),
+                "verdict": _verdict(row["per_compute_vs_mlm_ci"], name),
                 "c_plus_sigma_d2": float(margin), "c_plus_sigma_d2_ci": margin_ci,
                 "measured_same_rows": row["measured_per_compute_vs_mlm"],
                 "measured_same_rows_ci": row["measured_per_compute_vs_mlm_ci"],

@@ -95,31 +95,60 @@ def plot_decomposition(rows: Sequence[dict[str, Any]], terms: dict[str, Any], pa
     return save_figure(fig, path, title)
 
 
-def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], path: Path, title: str) -> Path:
+def null_model_intervals(rows: Sequence[dict[str, Any]], summary: dict[str, Any]) -> bool:
+    """Whether the null model's intervals may be drawn: over whole sequences (``*_ci_seq``, ``by_sequence``) and
+    from at least MIN_UNITS of them; intervals over mask pairs within one run's few sequences are never drawn."""
+    from femlm.analysis.intervals import MIN_UNITS
+
+    count = (summary.get("by_sequence") or {}).get("count")
+    seq = [r.get(f"{k}_ci_seq") for r in rows for k in ("measured", "additive", "residual")]
+    return (isinstance(count, int) and count >= MIN_UNITS and bool(seq)
+            and np.isfinite(np.asarray([c if c is not None else [np.nan] * 2 for c in seq], dtype=float)).all())
+
+
+def plot_null_model(rows: Sequence[dict[str, Any]], summary: dict[str, Any], path: Path, title: str) -> dict[str, Any]:
+    """``null_model.png``: the measured Cov(H) against the additive null model's, and the residual; intervals over
+    whole sequences only, and only from MIN_UNITS of them (`null_model_intervals`). Returns what it drew (the
+    numbers in its titles and the curves), so a test can hold it to the text beside it."""
+    show = null_model_intervals(rows, summary)
+    by_seq = summary.get("by_sequence") or {}
+    count = by_seq.get("count") if by_seq else None
+
+    def interval(key: str) -> list[float | None]:
+        value = summary.get(key)
+        ci = by_seq.get(f"{key}_ci") if show else None
+        return [value, *(ci if ci is not None else [None, None])]
+
+    def text(v: list[float | None]) -> str:
+        if v[0] is None:
+            return "n/a"
+        return f"{v[0]:.2f}" + (f" [{v[1]:.2f}, {v[2]:.2f}]" if v[1] is not None and v[2] is not None else
+                                " (no interval)")
+
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4.2))
     x = np.array([r["h_mean"] for r in rows])
-    for key, label, color in (("measured", "measured Cov(H)", "C0"), ("additive", "additive null model", "C1")):
-        value = np.array([r[key] for r in rows])
-        ci = np.array([r[f"{key}_ci"] for r in rows], dtype=float)
-        left.plot(x, value, "o-", color=color, label=label)
-        if np.isfinite(ci).all():
-            left.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.2)
-    left.axhline(0.0, color="grey", lw=0.8, ls=":")
-    left.set_xlabel("Hamming distance H(m1, m2)")
+    drawn: dict[str, Any] = {"h_mean": x.tolist(), "intervals": show, "sequences": count}
+    for key, label, color in (("measured", "measured Cov(H)", "C0"), ("additive", "additive null model", "C1"),
+                              ("residual", "residual = measured - additive", "C3")):
+        value = np.array([r[key] for r in rows], dtype=float)
+        ax = right if key == "residual" else left
+        ax.plot(x, value, "o-", color=color, label=label)
+        drawn[key] = value.tolist()
+        if show:
+            ci = np.array([r[f"{key}_ci_seq"] for r in rows], dtype=float)
+            ax.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.2)
+            drawn[f"{key}_ci"] = ci.tolist()
+    drawn["fraction_explained"] = interval("fraction_explained")
+    drawn["residual_rho_bins"] = interval("residual_rho_bins")
+    units = f"95% intervals over {count} sequences" if show else (
+        f"no intervals: {count} sequences" if count else "no intervals: too few sequences, or none resampled")
+    for ax in (left, right):
+        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel("Hamming distance H(m1, m2)")
+        ax.legend(fontsize=8)
     left.set_ylabel("Cov(g(m1), g(m2))")
-    frac, fci = summary.get("fraction_explained", float("nan")), summary.get("fraction_explained_ci", [np.nan] * 2)
-    left.set_title(f"additive model explains {frac:.2f} [{fci[0]:.2f}, {fci[1]:.2f}] of the decrease", fontsize=9)
-    left.legend(fontsize=8)
-    res = np.array([r["residual"] for r in rows])
-    rci = np.array([r["residual_ci"] for r in rows], dtype=float)
-    right.plot(x, res, "o-", color="C3", label="residual = measured - additive")
-    if np.isfinite(rci).all():
-        right.fill_between(x, rci[:, 0], rci[:, 1], color="C3", alpha=0.2, label="95% bootstrap CI")
-    right.axhline(0.0, color="grey", lw=0.8, ls=":")
-    rho, rci_rho = summary.get("residual_rho_bins", float("nan")), summary.get("residual_rho_bins_ci", [np.nan] * 2)
-    right.set_title(f"interaction part: Spearman(H, residual) = {rho:.2f} [{rci_rho[0]:.2f}, {rci_rho[1]:.2f}]",
-                    fontsize=9)
-    right.set_xlabel("Hamming distance H(m1, m2)")
+    left.set_title(f"additive model explains {text(drawn['fraction_explained'])} of the fall ({units})", fontsize=9)
     right.set_ylabel("residual covariance")
-    right.legend(fontsize=8)
-    return save_figure(fig, path, title)
+    right.set_title(f"interaction part: Spearman(H, residual) = {text(drawn['residual_rho_bins'])}", fontsize=9)
+    save_figure(fig, path, title)
+    return drawn

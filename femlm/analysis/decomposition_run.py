@@ -132,8 +132,10 @@ def analyze_decomposition(cfg: Any, run: Any, model: torch.nn.Module, tokenizer:
              plot_decomposition(res.rows, res.terms, out / "decomposition.png", title),
              write_rows(out / "null_model.csv", null.rows),
              write_rows(out / "null_model_pairs.csv", null.pairs),
-             plot_null_model(null.rows, null.summary, out / "null_model.png", f"Additive null model: {title}"),
              write_units(out / "units.npz", res.units, null.units)]
+    plot_null_model(null.rows, null.summary, out / "null_model.png",
+                    f"Covariance against Hamming distance beside the additive null model: {title}")
+    files.append(out / "null_model.png")
     md = out / "decomposition.md"
     md.write_text(decomposition_markdown(summary, res.rows, null.rows, title))
     files.append(md)

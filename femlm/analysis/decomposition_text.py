@@ -38,18 +38,21 @@ def units_line(unit: str, count: Any, resamples: Any) -> str:
             "`femlm.analysis.intervals`).")
 
 
-def verdict_table(verdicts: dict[str, Any], show_ci: bool = True) -> list[str]:
-    """Markdown rows of the per-K verdicts (also the study's README, from decomposition.json)."""
+def verdict_table(verdicts: dict[str, Any], show_ci: bool = True, readings: dict[str, str] | None = None) -> list[str]:
+    """Markdown rows of the per-K predictions (also the study's README, from decomposition.json). The last column
+    describes one run's interval (unadjusted); a study passes its own ``readings`` per K instead (femlm.study)."""
     ci_head = " [95% CI]" if show_ci else ""
+    last = "reading (the study's)" if readings is not None else "95% interval (this run alone)"
     lines = [f"| K | FE / MLM per unit compute{ci_head} | c_FE + sigma_d2{ci_head} | measured, same rows | "
-             "measured, same sequences | i.i.d. / MLM | verdict |", "|---:|---|---|---|---|---|---|"]
+             f"measured, same sequences | i.i.d. / MLM | {last} |", "|---:|---|---|---|---|---|---|"]
     for k, v in verdicts.items():
         fe, iid = v["fe"], v["iid"]
         lines.append(f"| {k} | {with_ci(fe['per_compute_vs_mlm'], fe['ci'], show_ci)} | "
                      f"{with_ci(fe['c_plus_sigma_d2'], fe['c_plus_sigma_d2_ci'], show_ci)} | "
                      f"{with_ci(fe['measured_same_rows'], fe['measured_same_rows_ci'], show_ci)} | "
                      f"{with_ci(fe['measured_same_sequences'], fe['measured_same_sequences_ci'], show_ci)} | "
-                     f"{with_ci(iid['per_compute_vs_mlm'], iid['ci'], show_ci)} | {fe['verdict']} |")
+                     f"{with_ci(iid['per_compute_vs_mlm'], iid['ci'], show_ci)} | "
+                     f"{(readings or {}).get(str(k), fe['verdict']) if readings is not None else fe['verdict']} |")
     return lines
 
 
@@ -58,7 +61,8 @@ def _term(term: dict[str, Any], show: bool) -> str:
 
 
 def decomposition_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], null_rows: list[dict[str, Any]],
-                           title: str) -> str:
+                           title: str, readings: dict[str, str] | None = None) -> str:
+    """The whole page; ``readings``: a study's reading per K (femlm.study.verdicts) for the last column."""
     s, terms = summary["settings"], summary["terms"]
     gates = summary.get("gates", {})
     show = enough(s["pool"])
@@ -92,7 +96,7 @@ def decomposition_markdown(summary: dict[str, Any], rows: list[dict[str, Any]], 
               "MLM's sigma_d2 + sigma_m2 in *both* equal-compute modes, so FE wins iff c_FE < -sigma_d2. These "
               "ratios are *predictions* from the terms at this tau and these parameters, not measured training "
               "variances.", "",
-              "## Verdict per K (equal compute)", "", *verdict_table(summary["verdicts"], show)]
+              "## Per K (equal compute)", "", *verdict_table(summary["verdicts"], show, readings)]
     lines += ["", "Measured ratios come from batches resampled from the pool (data term (1 - 1/S_p) sigma_d2); "
               f"their intervals are over the {s['check_batches']} batches. Predicted ones are for sequences drawn "
               "from the corpus.", "",

@@ -121,6 +121,6 @@ def apply_gates(verdicts: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
             v = by_arm.get(arm)
             if v is None:
                 continue
-            v.setdefault("interval_reading", v["verdict"])
+            v.setdefault("interval_reading", v.get("verdict", ""))
             v["verdict"] = not_measured(reasons) if reasons else v["interval_reading"]
     return verdicts

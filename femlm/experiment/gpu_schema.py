@@ -92,8 +92,7 @@ class Revision:
 class Analysis:
     """The confirmatory analysis, declared before the data (the family's keys: `stats.confirmatory`)."""
 
-    endpoint: str  # what is compared, and on which set (the estimand is conditional on it)
-    delta: float  # the smallest effect of interest (nats)
+    endpoint: str  # what is compared, and on which set (the estimand is conditional on it; delta: stats.delta)
     procedure: str  # holm (over the 2 m hypotheses): one procedure for difference and equivalence together
     reading: str  # how an interval that excludes 0 and lies inside +-delta reads
     power: Power
@@ -170,7 +169,7 @@ def check(gpu: GpuStudy, where: str) -> GpuStudy:
         raise bad("analysis.procedure", a.procedure, ", ".join(PROCEDURES))
     if gpu.warmup.policy not in POLICIES:
         raise bad("warmup.policy", gpu.warmup.policy, ", ".join(POLICIES))
-    for key, value in (("analysis.delta", a.delta), ("analysis.power.sd", a.power.sd)):
+    for key, value in (("analysis.power.sd", a.power.sd),):
         if not value > 0:
             raise bad(key, value, "a positive number")
     for key, value in (("analysis.power.power", a.power.power), ("analysis.power.family_alpha", a.power.family_alpha)):

@@ -14,6 +14,7 @@ plan is validated like the rest: ``smoke:`` (``--smoke``: the same pipeline at t
 from __future__ import annotations
 
 import copy
+import datetime
 import difflib
 import types
 import typing
@@ -155,13 +156,31 @@ class Decomposition:
 
 
 @dataclass
+class Declared:
+    """When a study's family (``stats.confirmatory``) was declared: ``before`` or ``after`` the data were seen, with
+    the date (YYYY-MM-DD) or the commit that fixed it. Only a family declared before its data is *confirmatory*;
+    one chosen after is *primary, chosen after the data* (femlm.study.verdicts), and says so everywhere."""
+
+    when: str
+    date: str | None = None
+    commit: str | None = None
+    note: str = ""
+
+
+@dataclass
 class Stats:
+    # When the family below was declared: required, no default (a family is not confirmatory by omission).
+    declared: Declared
     level: float = 0.95
     target_fractions: list[float] = field(default_factory=list)
-    # The study's confirmatory family (femlm.study.verdicts: Holm at a family-wise 0.05; every other comparison is
-    # exploratory, Benjamini-Hochberg): comparison keys, e.g. training_loss/same_rows/fe_subword/final_loss.
+    # The study's declared family (femlm.study.verdicts: Holm at a family-wise 0.05 over every member, a member
+    # without a result or gated counted at p = 1; every other comparison is exploratory, Benjamini-Hochberg):
+    # comparison keys (femlm/experiment/keys.py), e.g. training_loss/same_rows/fe_subword/final_loss.
     confirmatory: list[str] = field(default_factory=list)
-    declared: str | None = None  # when the family was declared (e.g. "after the data were seen")
+    # Equivalence margins, key -> delta in the comparison's units (a t-test of a difference): the comparison is
+    # also tested for equivalence within +-delta (TOST), both hypotheses in the family; its seeds are planned from
+    # delta and an upper confidence bound on the standard deviation.
+    delta: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,6 +283,7 @@ def load(name: str, smoke: bool = False, extras: bool = False, budget_minutes: f
     path, plan = read_raw(name)
     where = f"femlm/conf/experiment/{name}.yaml"
     parse(Experiment, plan, where, "experiment")  # the file as written
+    check_stats(plan, where)
     if plan["name"] != name:
         raise UserError(f"{where}: experiment.name={plan['name']!r} must be the file's name, {name!r}")
     for flag, block in ((smoke, "smoke"), (extras, "extras")):
@@ -282,6 +302,30 @@ def load(name: str, smoke: bool = False, extras: bool = False, budget_minutes: f
         check(exp.gpu, where)
     exp.raw = plan
     return exp
+
+
+WHEN = ("before", "after")
+
+
+def check_stats(plan: dict[str, Any], where: str) -> None:
+    """``stats.declared`` says when (before / after the data, with a date or commit), and every key of the family
+    and of ``stats.delta`` is a comparison the plan makes (femlm.experiment.keys)."""
+    import re
+
+    from femlm.experiment import keys
+
+    stats = plan.get("stats")
+    if not stats:
+        return
+    d = stats["declared"]
+    if d.get("when") not in WHEN:
+        raise UserError(f"{where}: stats.declared.when={d.get('when')!r}: allowed {' | '.join(WHEN)} (the data "
+                        "were seen)")
+    if not d.get("date") and not d.get("commit"):
+        raise UserError(f"{where}: stats.declared needs a date (YYYY-MM-DD) or a commit: when the family was fixed")
+    if d.get("date") and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(d["date"])):
+        raise UserError(f"{where}: stats.declared.date={d['date']!r}: expected YYYY-MM-DD")
+    keys.check_plan(plan, where)
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -325,6 +369,8 @@ def convert(tp: Any, value: Any, where: str, path: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"{where}: {path} must be a mapping; got {value!r}")
         return value
+    if tp is str and isinstance(value, datetime.date):  # YAML reads an unquoted 2026-11-27 as a date
+        return value.isoformat()
     ok = {str: (str,), bool: (bool,), int: (int,), float: (int, float)}.get(tp)
     if ok is not None and (not isinstance(value, ok) or (tp is not bool and isinstance(value, bool))):
         raise UserError(f"{where}: {path}={value!r}: expected {tp.__name__}")

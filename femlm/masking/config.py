@@ -19,6 +19,10 @@ GRANULARITIES = ("subword", "whole_word", "span")
 COUNTS = ("exact", "bernoulli")
 REPLACEMENTS = ("token", "span")
 RATIO_SCHEDULES = ("constant", "linear")
+# What an arm is in a comparison, from its strategy (its one home): the paper's FE-MLM in one step or across passes
+# is "fe", one random mask per sequence is "mlm" (a study's reference arm is one of these, named by its plan), and
+# K independent masks are the "control" that isolates the non-overlap (femlm.study.verdicts reads these).
+ROLES = {"random": "mlm", "fully_explored": "fe", PASSES: "fe", "iid": "control"}
 
 # Tolerance for ``num_masks * ratio <= 1``: 4 * 0.25 is exactly 1 but 8 * 0.125 etc. must not fail on float noise.
 _EPS = 1e-9
@@ -42,6 +46,9 @@ class MaskingConfig:
 
     Fields (all are YAML keys):
       name: free label used in run names and logs.
+      label: how tables and figures name the arm (e.g. ``FE across passes``); empty: the name. Display only:
+        it changes no mask, and a run resumes whatever its label. The arm's *role* in a comparison comes from
+        its strategy (:attr:`role`).
       strategy: ``random`` (one mask per sequence, the MLM baseline), ``fully_explored`` (K disjoint masks,
         M_FE of the paper) or ``iid`` (K independent masks that may overlap: the control isolating
         non-overlap from merely having K copies) or ``fully_explored_passes`` (the K disjoint masks of a cycle
@@ -70,6 +77,7 @@ class MaskingConfig:
     """
 
     name: str = "mlm_subword"
+    label: str = ""
     strategy: str = "random"
     granularity: str = "subword"
     ratio: float = 0.15
@@ -83,6 +91,12 @@ class MaskingConfig:
     span_min: int = 1
     span_max: int = 10
     replacement: str = "token"
+
+    @property
+    def role(self) -> str:
+        """``fe`` (FE-MLM, in one step or across passes), ``mlm`` (one random mask) or ``control`` (K i.i.d.
+        masks), from the strategy (``ROLES``)."""
+        return ROLES.get(self.strategy, "other")
 
     @property
     def num_copies(self) -> int:

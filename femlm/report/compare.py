@@ -10,26 +10,37 @@ tables' ``<key>.meta.json``; a study folder's study.json ``environment``) and pr
 4. numbers: every measured table cell, and whether the new value is within the cell's own noise: within when
    ``|new - committed|`` is at most the larger of the two cells' ± (std over seeds); a cell without a ± must be
    equal; each pre-training run's first and final held-out loss, which has no ±: equal on the same device (CPU
-   model and matrix instructions), shown only on another.
+   model and matrix instructions), shown only on another. A study folder's runs are its per-seed rows of
+   ``pretrain_runs.csv``, keyed by (mode, arm, seed): their final and mean held-out loss, compared the same way.
+   Losses are compared at full precision (``repr``, as femlm writes them since issue 47); a folder written with
+   fewer digits is compared at the digits both sides have, and the line says so.
 
 Exit status: 0 when fingerprints and counts are identical and every number is within its noise; 1 when anything of
-that differs or cannot be checked (not recorded in a folder: the line says which); 2 for a folder that is not a
-result folder (one line).
+that differs or cannot be checked (not recorded in a folder: the line says which) -- and when no number at all
+could be compared ("cannot be checked", never "reproduced"); 2 for a folder that is not a result folder (one line).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
 
+HELP = ("femlm report --compare COMMITTED NEW: did a rerun reproduce a result folder (femlm report's or a study's)? "
+        "Prints what differs -- environment, sha256 fingerprints, counts, every number against its noise, each run's "
+        "(a study: each mode, arm and seed's) final and mean held-out loss at full precision -- and exits 0 only "
+        "when everything it compared agrees and it compared at least one number; 1 otherwise.")
+
 COUNT_COLUMNS = ("sequences seen", "source tokens seen", "rows processed", "masked targets")
 # A pre-training run's held-out losses have no ± of their own: equal on the same device (CPU model and matrix
 # instructions), only shown on another (the arithmetic differs).
 LOSS_COLUMNS = ("first eval loss", "final eval loss")
+# A study's per-seed rows (femlm.study: pretrain_runs.csv keyed by mode, arm and seed): the losses compared.
+SEED_COLUMNS = ("final_loss", "mean_loss")
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -64,14 +75,39 @@ def read_folder(path: str | Path) -> dict[str, Any]:
                 if isinstance(cell, dict) and cell.get("mean") is not None:
                     cells[f"{data.get('table', meta.stem)}: {row.get('label')}, {task}"] = cell
     runs: dict[str, dict[str, str]] = {}
+    seeds: dict[str, dict[str, str]] = {}
     runs_csv = root / "pretrain_runs.csv"
     if runs_csv.is_file():
         with runs_csv.open(newline="") as handle:
             for row in csv.DictReader(handle):
-                if not row.get("run"):  # a study's per-seed table (arm, seed): no run directory to match
-                    continue
-                runs[Path(row["run"]).name] = {k: row.get(k, "") for k in (*COUNT_COLUMNS, *LOSS_COLUMNS)}
-    return {"path": str(root), "environment": env, "cells": cells, "runs": runs}
+                if row.get("run"):
+                    runs[Path(row["run"]).name] = {k: row.get(k, "") for k in (*COUNT_COLUMNS, *LOSS_COLUMNS)}
+                elif row.get("arm") and row.get("seed"):  # a study's per-seed table
+                    seeds[f"{row.get('mode', '')}/{row['arm']}/seed {row['seed']}"] = {
+                        k: row.get(k, "") for k in SEED_COLUMNS}
+    return {"path": str(root), "environment": env, "cells": cells, "runs": runs, "seeds": seeds}
+
+
+def _digits(text: str) -> int | None:
+    """Decimals a number was written with (None: exponent notation or not a number)."""
+    if "e" in text.lower() or not text.strip():
+        return None
+    return len(text.split(".", 1)[1]) if "." in text else 0
+
+
+def same_loss(a: str, b: str) -> tuple[bool, str]:
+    """(equal, how) of two written losses: exactly, at full precision, or at the digits both sides have when one
+    was written rounded (a folder from before issue 47)."""
+    try:
+        x, y = Decimal(a), Decimal(b)
+    except InvalidOperation:
+        return a == b, ""
+    da, db = _digits(a), _digits(b)
+    if x == y or da is None or db is None or da == db or min(da, db) >= 15:
+        return x == y, ""
+    d = min(da, db)
+    q = Decimal(1).scaleb(-d)
+    return x.quantize(q) == y.quantize(q), f" (at {d} decimals: {'committed' if da < db else 'new'} rounded)"
 
 
 def _same(label: str, a: Any, b: Any, where: tuple[str, str]) -> tuple[str, bool | None]:
@@ -160,18 +196,33 @@ def compare(committed: str | Path, new: str | Path) -> tuple[list[str], int]:
                      + ("within noise" if ok else "OUTSIDE noise"))
     same_device = bool(ea.get("device")) and ea.get("device") == eb.get("device")
     losses = 0
-    for run in sorted(set(a["runs"]) & set(b["runs"])):
-        la, lb = ([a["runs"][run].get(k) for k in LOSS_COLUMNS], [b["runs"][run].get(k) for k in LOSS_COLUMNS])
+    pairs = [(f"run {run} held-out loss first/final", a["runs"][run], b["runs"][run], LOSS_COLUMNS)
+             for run in sorted(set(a["runs"]) & set(b["runs"]))]
+    pairs += [(f"{key}: final / mean held-out loss", a["seeds"][key], b["seeds"][key], SEED_COLUMNS)
+              for key in sorted(set(a["seeds"]) & set(b["seeds"]))]
+    for key in sorted(set(a["seeds"]) ^ set(b["seeds"])):
+        lines.append(f"  {key}: only in {where[0] if key in a['seeds'] else where[1]}")
+        checks.append(None)
+    for name, ra, rb, columns in pairs:
+        la, lb = [ra.get(k) or "" for k in columns], [rb.get(k) or "" for k in columns]
         if not all(la) or not all(lb):
             continue
-        text = f"  run {run} held-out loss first/final: {' / '.join(la)} vs {' / '.join(lb)}"
-        if same_device:
-            checks.append(la == lb)
-            within, losses = within + (la == lb), losses + 1
-            lines.append(text + (": equal (same device)" if la == lb else ": DIFFERS on the same device"))
-        else:
+        text = f"  {name}: {' / '.join(la)} vs {' / '.join(lb)}"
+        if not same_device:
             lines.append(text + ": shown only (another device: no ± to judge by)")
+            continue
+        results = [same_loss(x, y) for x, y in zip(la, lb, strict=True)]
+        ok = all(r[0] for r in results)
+        how = next((r[1] for r in results if r[1]), "")
+        checks.append(ok)
+        within, losses = within + sum(r[0] for r in results), losses + len(results)
+        differs = [c for c, r in zip(columns, results, strict=True) if not r[0]]
+        lines.append(text + (f": equal (same device){how}" if ok else
+                             f": DIFFERS on the same device ({', '.join(differs)}){how}"))
     numbers = sum(1 for k in a["cells"] if k in b["cells"]) + losses
+    if numbers == 0:
+        lines.append("  no number compared: cannot be checked")
+        checks.append(None)
     differs = sum(c is False for c in checks)
     unknown = sum(c is None for c in checks)
     verdict = ("reproduced: fingerprints and counts identical, every number within its noise" if not differs

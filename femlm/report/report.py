@@ -33,21 +33,26 @@ def _report_commit() -> str:
     return git_commit()
 
 
-def pretrain_rows(collection: Collection) -> list[list[str]]:
+def pretrain_rows(collection: Collection, full: bool = False) -> list[list[str]]:
+    """One row per pre-training run; ``full``: held-out losses at full precision (``repr``: pretrain_runs.csv, which
+    `femlm report --compare` holds equal on the same device), else to 4 decimals (the README's table)."""
     rows = []
+    loss = "r" if full else ".4f"
     for run in sorted(collection.pretrain, key=lambda r: (str(r.summary.get("command")), str(r.dir))):
         s = run.summary
 
         def num(key: str, fmt: str, summary: dict[str, Any] = s) -> str:
             value = summary.get(key)
-            return format(value, fmt) if isinstance(value, (int, float)) else "—"
+            if not isinstance(value, (int, float)):
+                return "—"
+            return repr(float(value)) if fmt == "r" else format(value, fmt)
 
         seen = s.get("seen") if isinstance(s.get("seen"), dict) else {}
         rows.append([str(run.dir), str(s.get("command") or "—"), arm_label(s.get("masking")),
                      str(run.num_masks or "—"), str(s.get("domain") or "—"), str(s.get("model") or "—"), str(s.get("equal_compute") or "—"),
                      num("steps", "d"), num("sequences", ",d", seen), num("source_tokens", ",d", seen),
                      num("rows", ",d", seen), num("masked_targets", ",d", seen), num("train_flops", ".3g", seen),
-                     num("first_eval_loss", ".4f"), num("final_eval_loss", ".4f"), num("row_tokens_per_s", ",.0f"),
+                     num("first_eval_loss", loss), num("final_eval_loss", loss), num("row_tokens_per_s", ",.0f"),
                      num("wall_s", ",.0f"), hardware_text(s.get("hardware") or run.info.get("hardware")) or "—",
                      str(run.info.get("git_commit") or "—")])
     return rows
@@ -193,7 +198,7 @@ def run_report(cfg: Any, run: Any = None) -> dict[str, Any]:
         (out_dir / stale).unlink(missing_ok=True)
     shutil.rmtree(out_dir / "figures" / "analysis", ignore_errors=True)
     figures = write_figures(collection, out_dir) if rc.figures else []
-    rows = pretrain_rows(collection)
+    rows = pretrain_rows(collection, full=True)
     if rows:
         write_csv(out_dir / "pretrain_runs.csv", rows, PRETRAIN_HEADER)
     (out_dir / "README.md").write_text(readme(chosen, figures, collection, phrase, commit, list(rc.inputs),

@@ -48,7 +48,7 @@ def fe_vs_control(per_run: list[dict[str, Any]], fe: str, control: str, level: f
     out: dict[str, Any] = {"fe": fe, "control": control, "paired_seeds": seeds}
     for metric in ("final_loss", "mean_loss"):
         ci = st.paired([by_arm[fe][s][metric] for s in seeds], [by_arm[control][s][metric] for s in seeds], level)
-        out[metric] = {**ci.as_dict(), "verdict": st.verdict(ci)}
+        out[metric] = ci.as_dict()
     return out
 
 

@@ -2,8 +2,10 @@
 
 `pipeline` turns a study file (study.yaml, study_base.yaml: the ones with an ``encoder:`` block) into the steps of
 femlm.study.plan and gives the two in-process ones their actions: the encoder (locate or fetch, smoke: build;
-sha256 checked; written to <runs>/encoder_check/encoder.json) and the results (results/<study>/, and the
-docs/evidence.md's markers for a full study). The runner applies the resumption rules (femlm.experiment.step) and
+sha256 checked; written to <runs>/encoder_check/encoder.json) and the results (results/<study>/); for a full study
+a last step, "summaries", refreshes what lives outside the study's folder from its files: the study's block of
+docs/evidence.md and README.md's evidence block (femlm.study.headlines.refresh). No result writer edits a file
+outside its output folder. The runner applies the resumption rules (femlm.experiment.step) and
 keeps the logs, <runs>/experiment.log, <runs>/logs/<step>.log and <runs>/timings.json, which the README reports
 per part. A study's commands name absolute paths (its runs record them, and resume compares them).
 
@@ -62,14 +64,33 @@ def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
     def results(runner: Any) -> str:
         from femlm.study.results import write_results
 
-        return str(write_results(plan, steps, runs, out, runner.timings(runs), readme))
+        return str(write_results(plan, steps, runs, out, runner.timings(runs)))
 
     for step in steps:
         if step.part == "encoder":
             step.action = lambda runner: check_encoder(plan, runs, encoder_dir)
         elif step.part == "results":
             step.action = results
-    return steps
+    return steps + summaries_step(plan, out, readme, runs, opts)
+
+
+def summaries_step(plan: dict[str, Any], out: Path, readme: Path | None, home: Path, opts: Options) -> list[Step]:
+    """The runner's last step for a full study whose results land in this repository's results/: the study's
+    block of ``readme`` (docs/evidence.md) and README.md's evidence block, from the study's folder
+    (femlm.study.headlines.refresh). None for a smoke run; for a folder elsewhere (--out), only the README named by
+    --readme."""
+    top = REPO / "README.md" if out.parent == (REPO / "results").resolve() else None
+    if plan.get("smoke") or (top is None and opts.readme is None):
+        return []
+    readme = readme if top is not None else opts.readme
+
+    def summaries(runner: Any) -> str:
+        from femlm.study.headlines import refresh
+
+        done = refresh(plan, out, readme, top)
+        return "refreshed " + (", ".join(str(p) for p in done) or "nothing (no markers)")
+
+    return [Step("summaries", "summaries", home, kind="inprocess", action=summaries, home=home)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +110,7 @@ def from_json(args: Any) -> int:
     """--from-json: today's verdict writer over a finished study's committed files (femlm.study.regenerate)."""
     from femlm.errors import UserError
     from femlm.experiment.schema import load
+    from femlm.study.headlines import refresh
     from femlm.study.regenerate import regenerate
 
     try:
@@ -96,8 +118,11 @@ def from_json(args: Any) -> int:
             raise UserError("--from-json rewrites one study; name one")
         plan = study_plan(load(args.names[0], smoke=args.smoke), args.smoke)
         out = (args.out or REPO / plan["out_dir"]).resolve()
-        readme = args.readme or (EVIDENCE if EVIDENCE.is_file() else None)
-        print(regenerate(plan, out, readme, REPO / "README.md" if args.readme is None else None))
+        print(regenerate(plan, out))
+        if args.out is None or args.readme is not None:  # then, as the runner's last step: the summaries outside it
+            readme = args.readme or (EVIDENCE if EVIDENCE.is_file() else None)
+            for path in refresh(plan, out, readme, REPO / "README.md" if args.readme is None else None):
+                print(path)
         return 0
     except UserError as err:
         print(f"femlm: error: {err}", file=sys.stderr)

@@ -9,15 +9,17 @@ One decomposition.json (``j``) holds both parts of `femlm analyze decomposition`
   intervals over mask pairs within bins and groups, conditional on its few sequences, and with fewer than
   `MIN_UNITS` sequences femlm prints none of them.
 * the per-compute ratios are *predictions* of the decomposition at the run's tau and parameters, and say so.
+
+What the numbers are read as is femlm.study.verdicts' (one rule); this module only says what may be printed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from femlm.analysis.gates import apply_gates, decomposition_gates, not_measured, null_model_gates
+from femlm.analysis.gates import apply_gates, decomposition_gates, null_model_gates
 from femlm.analysis.intervals import MIN_UNITS
-from femlm.study.text import as_interval, finite_or_none, fmt
+from femlm.study.text import as_interval, fmt
 
 
 def pool_size(j: dict[str, Any]) -> int | None:
@@ -85,40 +87,3 @@ def prediction_label(j: dict[str, Any], model_parameters: int | None = None) -> 
     s = j.get("settings") or {}
     return (f"predicted by the decomposition at tau = {s.get('tau', '?')} masked tokens per copy, for "
             f"{studied(j, model_parameters)}")
-
-
-def ratio_sentence(value: float, ci: list[Any], k: str, reasons: list[str], what: str = "predicted ratio") -> str:
-    """FE / MLM training-gradient variance per unit compute at K, read from its interval unless gated."""
-    if reasons:
-        return f"At K={k} the {what} is {fmt(value)}: {not_measured(reasons)}."
-    lo, hi = finite_or_none(ci[0]), finite_or_none(ci[1])
-    if lo is None or hi is None:
-        return f"At K={k} the {what} is {fmt(value)}; no interval was computed, so no verdict is drawn."
-    head = f"At K={k} the {what} {value:.3f} [{lo:.3f}, {hi:.3f}]"
-    if hi < 1:
-        return head + " is below 1: FE's training gradient has lower variance than MLM's at equal compute."
-    if lo > 1:
-        return (head + " is above 1: at equal compute FE's training gradient has *higher* variance than MLM's (the "
-                "K copies cost K times fewer sequences, and the data variance this adds outweighs the negative "
-                "covariance between disjoint masks).")
-    return head + " contains 1: no difference in training-gradient variance at equal compute was detected."
-
-
-def null_sentence(j: dict[str, Any], reasons: list[str]) -> str:
-    """What the null model shows: context interactions beyond an additive gradient, or not, or not measured.
-    It tests interactions only: an additive gradient already satisfies Assumption 1 (covariance falling with the
-    Hamming distance), and the null model says nothing about FE's benefit."""
-    if reasons:
-        return f"Context interactions: {not_measured(reasons)}."
-    ci = null_interval(j, "residual_decrease")
-    lo, hi = ci["low"], ci["high"]
-    if lo is None or hi is None:
-        return "Context interactions: no interval, so no statement."
-    if lo > 0:
-        return ("The residual decreases with H beyond the additive model: evidence of context interactions (the "
-                "additive model alone already gives a covariance that falls with H, so this is not a test of "
-                "Assumption 1 nor of FE's benefit).")
-    if hi < 0:
-        return "The residual *increases* with H: the measured decrease is smaller than the additive model gives."
-    return ("The residual's decrease contains 0: no context interactions beyond additive per-token gradients were "
-            "detected.")

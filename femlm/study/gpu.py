@@ -31,6 +31,7 @@ from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
 from femlm.study import gpu_configs as configs
 from femlm.study import gpu_data, gpu_gates, gpu_plan, gpu_windows
+from femlm.study.driver import summaries_step
 
 LIGHT = ("summary.json", "metrics.jsonl", "config.yaml", "run.json")
 
@@ -86,10 +87,14 @@ class Window:
         runs = gpu_plan.read_runs(*self.composed, counts, counted)
         revised, recs = gpu_windows.revision(self.out), gpu_windows.records(self.out)
         return gpu_plan.make_plan(self.g, float(self.exp.estimate.budget_minutes), runs, self.exp.pretrain.arms,
-                                  len(self.exp.stats.confirmatory), counts, done=len(gpu_windows.complete(recs)),
+                                  self.deltas(), counts, done=len(gpu_windows.complete(recs)),
                                   warmup_done=self.warmup_info().get("passed", False),
                                   revised_sd=revised["sd_used"] if revised else None,
                                   measured=gpu_plan.measured_pace(recs))
+
+    def deltas(self) -> list[float]:
+        """Each declared member's equivalence margin (stats.delta), in the family's order."""
+        return [float(self.exp.stats.delta[k]) for k in self.exp.stats.confirmatory if k in self.exp.stats.delta]
 
     def deadline(self, runner: Any) -> float:
         return runner.start + float(self.exp.estimate.budget_minutes) * 60 - self.g.window.margin_s
@@ -218,7 +223,7 @@ class Window:
             ft = record["seconds"]["downstream"] or ft
         revised = gpu_windows.maybe_revise(self.out, self.g, self.exp.pretrain.reference,
                                            [a for a in self.exp.pretrain.arms if a != self.exp.pretrain.reference],
-                                           len(self.exp.stats.confirmatory), self.stamp)
+                                           self.deltas(), self.stamp)
         done = len(gpu_windows.complete(gpu_windows.records(self.out)))
         return f"{len(kept)} seeds kept now; {done} of {self.plan.n} complete" + (f"; {revised}" if revised else "")
 
@@ -296,4 +301,5 @@ def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
     return [step("prepare the data", "prepare", seconds["start-up"], lambda r: gpu_data.prepare(exp, w.runs)),
             step("warm-up (or the carried checkpoint)", "warmup", seconds["warm-up"], w.warmup),
             step(f"seeds up to N = {w.plan.n}", "seeds", seconds["one seed's arms"] * card.later_window, w.seeds),
-            step("results", "results", seconds["results"], w.results)]
+            step("results", "results", seconds["results"], w.results),
+            *summaries_step({**exp.raw, "smoke": opts.smoke}, w.out, None, w.runs, opts)]

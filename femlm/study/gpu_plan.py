@@ -49,11 +49,17 @@ def side_alpha(g: GpuStudy, comparisons: int) -> float:
     return g.analysis.power.family_alpha / (2 * max(comparisons, 1))
 
 
-def planned_n(g: GpuStudy, comparisons: int, revised_sd: float | None = None) -> int:
-    """N: the power rule at the declared SD, or (the one revision) at a larger SD measured in the first window."""
+def planned_n(g: GpuStudy, deltas: list[float], revised_sd: float | None = None) -> int:
+    """N: the power rule at the declared SD, or (the one revision) at a larger SD measured in the first window, for
+    the family's smallest margin (`deltas`: stats.delta of each member)."""
+    if not deltas:
+        from femlm.errors import UserError
+
+        raise UserError("study_gpu: stats.delta declares no equivalence margin for the family (the power rule needs "
+                        "delta)")
     p = g.analysis.power
     sd = max(p.sd, revised_sd or 0.0)
-    return tost_pairs(sd, g.analysis.delta, side_alpha(g, comparisons), p.power)
+    return tost_pairs(sd, min(deltas), side_alpha(g, len(deltas)), p.power)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -267,8 +273,9 @@ class Plan:
     carry: dict[str, float]  # MiB that travel under each warm-up policy
     checkpoint_mib: float
     done: int
-    rule_n: int
-    problems: list[str]  # what the power rule gives (N unless gpu.max_seeds caps it)
+    rule_n: int  # what the power rule gives (N unless gpu.max_seeds caps it)
+    problems: list[str]  # why the study may not run
+    delta: float  # the family's smallest margin (stats.delta)
     lines: list[str] = field(default_factory=list)
 
     def text(self) -> str:
@@ -300,13 +307,14 @@ def data_mib(blocks: int, seq: int, vocab: int) -> float:
     return blocks * seq * (2 if vocab <= 2**16 else 4) / MIB
 
 
-def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], comparisons: int,
+def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], deltas: list[float],
               counts: dict[str, int], done: int = 0, warmup_done: bool = False,
               revised_sd: float | None = None, measured: dict[str, dict[str, float]] | None = None) -> Plan:
     """The plan of the next window: N, the warm-up policy's sizes, and every card's minutes and seeds
     (`measured`: card name -> what earlier windows measured there, see `card_plan`)."""
-    n0 = planned_n(g, comparisons)
-    n = rule = planned_n(g, comparisons, revised_sd)
+    comparisons = len(deltas)
+    n0 = planned_n(g, deltas)
+    n = rule = planned_n(g, deltas, revised_sd)
     if g.max_seeds is not None:
         n, n0 = min(n, g.max_seeds), min(n0, g.max_seeds)
     ckpt = runs.params * 4 / MIB + runs.vocab * 8 / MIB  # fp32 safetensors + the vocabulary file
@@ -321,7 +329,7 @@ def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], c
         problems.append(f"the {g.warmup.policy} warm-up policy carries {carry[g.warmup.policy]:.1f} MiB, over "
                         f"{g.window.carry_mib:g}")
     p = Plan(n, n0, revised_sd, comparisons, side_alpha(g, comparisons), runs, cards, carry, ckpt, done, rule,
-             problems)
+             problems, min(deltas))
     p.lines = _lines(g, p, budget_minutes)
     return p
 
@@ -331,7 +339,7 @@ def _lines(g: GpuStudy, p: Plan, budget_minutes: float) -> list[str]:
     pw = a.power
     lines = ["study_gpu plan (femlm/conf/experiment/study_gpu.yaml, declared before the data)",
              f"  endpoint: {a.endpoint}",
-             f"  delta: {a.delta:g} nats; procedure: {a.procedure} over {p.comparisons} comparisons (difference and "
+             f"  delta: {p.delta:g} nats (stats.delta); procedure: {a.procedure} over {p.comparisons} comparisons (difference and "
              f"equivalence together): {a.reading}",
              f"  N = {p.n} paired seeds" + (f" (gpu.max_seeds; the rule gives {p.rule_n})" if p.n != p.rule_n else "")
              + f": TOST at {p.alpha:.4g} per side, {pw.power:.0%} power at a true difference of "

@@ -53,7 +53,7 @@ def analysis(exp: Experiment, out: Path, used: list[dict[str, Any]]) -> tuple[li
             if entry is not None:
                 mode = "any" if arm == exp.pretrain.reference else exp.pretrain.modes[0]
                 data["pretrain"].append({"arm": arm, "mode": mode, "seed": r["seed"], **entry})
-    comps = pretrain_comparisons(analyse_pretraining(plan, data))
+    comps = pretrain_comparisons(analyse_pretraining(plan, data), reference=exp.pretrain.reference)
     adjust(comps, plan)
     return comps, downstream(exp, used)
 
@@ -89,7 +89,7 @@ def write_results(exp: Experiment, plan: Plan, out: Path, window: dict[str, Any]
     at_n = bool(warm.get("passed")) and not bad and len(done) >= plan.n
     used = done[:plan.n] if at_n else []
     comps, down = analysis(exp, out, used) if at_n else ([], {})
-    from femlm.study.verdicts import rows as verdict_rows
+    from femlm.study.readings import rows as verdict_rows
 
     study = {"kind": "study", "name": exp.name, "n": plan.n, "n_declared": plan.n_declared,
              "revision": gpu_windows.revision(out), "seeds_complete": [r["seed"] for r in done],
@@ -97,7 +97,11 @@ def write_results(exp: Experiment, plan: Plan, out: Path, window: dict[str, Any]
              "decided_at_n": at_n, "seeds_used": [r["seed"] for r in used], "warmup": warm or None,
              "arm_gates": arm_gates(recs), "speeds": speeds(recs), "cards": sorted({r["card"] for r in recs}),
              "windows": windows(out), "plan": plan.text(),
-             "comparisons": verdict_rows(comps) if at_n else None, "downstream": down or None}
+             "comparisons": verdict_rows(comps) if at_n else None, "downstream": down or None,
+             # at N, what each run read (femlm.study.headlines' scale line); nothing of the sort before
+             "runs": [{"seed": r["seed"], "masking": arm, "seen": _read(
+                 gpu_windows.seed_dir(out, r["seed"]) / arm / "summary.json").get("seen")}
+                 for r in used for arm in exp.pretrain.arms]}
     (out / "study.json").write_text(json.dumps(finite(study), indent=2, default=str) + "\n")
     if at_n:
         write_csv(out / "comparisons.csv", verdict_rows(comps), line_end=CRLF)
@@ -114,12 +118,14 @@ def arm_gates(recs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any], warm: dict[str, Any]) -> list[str]:
-    from femlm.study.verdicts import verdict_lines
+    from femlm.study.readings import verdict_lines
+    from femlm.study.verdicts import declared_text
 
     rep, g = exp.report, exp.gpu
     k, n = len(study["seeds_complete"]), plan.n
     lines = [f"# {rep.title}", "", rep.intro or "", "", "## Declared before the data", "",
-             f"Declared {exp.stats.declared} in femlm/conf/experiment/{exp.name}.yaml; the plan as it stands:", "",
+             f"The family {declared_text(exp.raw)}, in femlm/conf/experiment/{exp.name}.yaml; the plan as it "
+             "stands:", "",
              "```", plan.text(), "```", ""]
     if study["seeds_failed"]:
         status = (f"**Not decided: the study stopped** at seed {study['seeds_failed'][0]['seed']} (an arm failed its "

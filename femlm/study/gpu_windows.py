@@ -126,7 +126,7 @@ def revision(out: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def maybe_revise(out: Path, g: Any, reference: str, arms: list[str], comparisons: int, window: str) -> str | None:
+def maybe_revise(out: Path, g: Any, reference: str, arms: list[str], deltas: list[float], window: str) -> str | None:
     """The one revision of N (see the module's docstring); a line saying what it did, or None."""
     from femlm.study.gpu_plan import planned_n
 
@@ -135,7 +135,7 @@ def maybe_revise(out: Path, g: Any, reference: str, arms: list[str], comparisons
         return None
     sds = paired_sds(recs, reference, arms)
     largest = max(sds.values())
-    before, after = planned_n(g, comparisons), planned_n(g, comparisons, largest)
+    before, after = planned_n(g, deltas), planned_n(g, deltas, largest)
     record = {"window": window, "seeds": len(recs), "paired_sd": sds, "sd_used": max(largest, g.analysis.power.sd),
               "n_declared": before, "n": max(before, after), "rule": g.analysis.revision.rule}
     (out / "revision.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -5,7 +5,8 @@ A passes.json (``j``, femlm/analysis/passes_run.py) holds one row per K: the var
 gradient of one sequence with independent and with disjoint visits, their ratio with an interval over the
 sequences, its median-of-means estimate, and the ratio the decomposition predicts from c_FE and sigma_m2. The
 gates (`femlm.analysis.gates.passes_gates`) are applied again here, so a run written before them is read the same
-way: a gated ratio is "not measured: <reason>", never a verdict. What the measurement leaves out (parameter drift
+way: a gated ratio is "not measured: <reason>". What a ratio is read as is femlm.study.verdicts' (key
+``passes/<run>/K<k>``), printed here beside it. What the measurement leaves out (parameter drift
 between the visits, the data term) is said beside every verdict.
 """
 
@@ -29,21 +30,6 @@ def row_gates(j: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[s
     return passes_gates(row, sequences(j))
 
 
-def reading(j: dict[str, Any], row: dict[str, Any]) -> str:
-    """The measured ratio's verdict: by its interval, after the gates."""
-    reasons, _ = row_gates(j, row)
-    if reasons:
-        return not_measured(reasons)
-    ci = as_interval(row["measured_ratio"], row.get("measured_ratio_ci"))
-    if ci["low"] is None or ci["high"] is None:
-        return "no interval"
-    if ci["high"] < 1:
-        return "lower with disjoint visits"
-    if ci["low"] > 1:
-        return "higher with disjoint visits"
-    return "no difference detected"
-
-
 def where(key: str, d: dict[str, Any]) -> str:
     j = d["json"]
     s = j["settings"]
@@ -51,8 +37,10 @@ def where(key: str, d: dict[str, Any]) -> str:
             f"{s['draws']} cycles per sequence and arm)")
 
 
-def passes_section(runs: dict[str, Any]) -> list[str]:
-    """README lines: one table per run."""
+def passes_section(runs: dict[str, Any], readings: dict[str, Any] | None = None) -> list[str]:
+    """README lines: one table per run; ``readings``: the study's comparisons by key (femlm.study.verdicts)."""
+    from femlm.study.verdicts import fmt_value, says
+
     lines: list[str] = []
     for key, d in runs.items():
         j = d.get("json")
@@ -65,11 +53,14 @@ def passes_section(runs: dict[str, Any]) -> list[str]:
         for r in j["rows"]:
             _, pred_reasons = row_gates(j, r)
             pred = fmt_ci(as_interval(r["predicted_ratio"], r.get("predicted_ratio_ci")))
-            lines.append(f"| {r['K']} | {fmt_ci(as_interval(r['measured_ratio'], r.get('measured_ratio_ci')))} | "
+            c = (readings or {}).get(f"passes/{key}/K{r['K']}")
+            measured = fmt_value(c) if c is not None else fmt_ci(as_interval(r["measured_ratio"],
+                                                                              r.get("measured_ratio_ci")))
+            lines.append(f"| {r['K']} | {measured} | "
                          f"{fmt(finite_or_none(r.get('measured_ratio_median_of_means')))} | "
                          + (pred + (f" ({not_measured(pred_reasons)})" if pred_reasons else "")) + " | "
                          f"{fmt_ci(as_interval(r['measured_over_predicted'], r.get('measured_over_predicted_ci')))} | "
-                         f"{reading(j, r)} |")
+                         f"{says(c) if c is not None else ''} |")
         unit = (j.get("stats") or {}).get("interval") or {}
         lines += ["", f"Intervals: {unit.get('method', 'bootstrap')} over {unit.get('count', '?')} "
                   f"{unit.get('unit', 'sequences')} ({unit.get('resamples', '?')} resamples); the prediction is the "
@@ -95,6 +86,14 @@ def passes_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
                         "measured_over_predicted": r["measured_over_predicted"],
                         "measured_over_predicted_ci": r.get("measured_over_predicted_ci"),
                         "sigma_m2": r["sigma_m2"], "sigma_m2_measured": r.get("sigma_m2_measured"), "c_fe": r["c_fe"],
-                        "not_measured": reasons,
-                        "prediction_not_measured": pred_reasons, "reading": reading(j, r)})
+                        "not_measured": reasons, "prediction_not_measured": pred_reasons})
     return out
+
+
+def with_readings(rows: list[dict[str, Any]], comps: list[Any]) -> list[dict[str, Any]]:
+    """passes_rows' rows with the study's reading of each (its ``passes/<run>/K<k>`` comparison)."""
+    from femlm.study.verdicts import says
+
+    by_key = {c.key: c for c in comps}
+    return [{**r, "reading": says(by_key[k]) if (k := f"passes/{r['run']}/K{r['K']}") in by_key else ""}
+            for r in rows]

@@ -27,8 +27,9 @@ def masking_ratio(j: dict[str, Any]) -> tuple[int, int]:
     return int(j["settings"]["tau"]), int(min(n_valid[:pool])) if n_valid else 0
 
 
-def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per decomposition run and K: the terms (shared by its K) and FE's verdict at that K."""
+def ratio_rows(dec: dict[str, Any], comps: list[Any] | None = None) -> list[dict[str, Any]]:
+    """One row per decomposition run and K: the terms (shared by its K) and the study's reading of FE's predicted
+    ratio at that K (``comps``: femlm.study.verdicts' comparisons)."""
     rows = []
     for key, d in dec.items():
         j = d.get("json")
@@ -49,8 +50,22 @@ def ratio_rows(dec: dict[str, Any]) -> list[dict[str, Any]]:
                 "c_fe_plus_sigma_d2": fe["c_plus_sigma_d2"], "c_fe_plus_sigma_d2_ci": fe["c_plus_sigma_d2_ci"],
                 "fe_vs_mlm_per_compute": fe["per_compute_vs_mlm"], "fe_vs_mlm_per_compute_ci": fe["ci"],
                 "iid_vs_mlm_per_compute": v["iid"]["per_compute_vs_mlm"], "iid_vs_mlm_per_compute_ci": v["iid"]["ci"],
-                "pool_sequences": pool_size(j), "not_measured": reasons, "verdict": fe["verdict"]})
-    return rows
+                "pool_sequences": pool_size(j), "not_measured": reasons})
+    return with_readings(rows, comps or [])
+
+
+def with_readings(rows: list[dict[str, Any]], comps: list[Any]) -> list[dict[str, Any]]:
+    """The rows with the study's reading of each K (key ``variance_ratio/<run>/K<k>``) and no other verdict (an
+    older study.json's rows carried the analysis' own)."""
+    from femlm.study.verdicts import says
+
+    by_key = {c.key: c for c in comps}
+    out = []
+    for r in rows:
+        c = by_key.get(f"variance_ratio/{r['run']}/K{r['K']}")
+        out.append({**{k: v for k, v in r.items() if k not in ("verdict", "reading")},
+                    "reading": says(c) if c is not None else ""})
+    return out
 
 
 def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -68,21 +83,22 @@ def ratio_section(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     lines = ["| run | tokens | ratio (tau / n) | pool sequences | K | sigma_d2 | sigma_m2 | c_FE | c_iid | "
-             "c_FE + sigma_d2 | FE / MLM per unit compute (predicted) | i.i.d. / MLM (predicted) | verdict |",
+             "c_FE + sigma_d2 | FE / MLM per unit compute (predicted) | i.i.d. / MLM (predicted) | reading |",
              "|---|---:|---|---:|---:|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['run']} | {r['block_size']} | {fmt(r['ratio'], 3)} ({r['tau']} / {r['maskable']}) | "
                      f"{r.get('pool_sequences', '?')} | "
                      f"{r['K']} | {_ci(r, 'sigma_d2')} | {_ci(r, 'sigma_m2')} | {_ci(r, 'c_fe')} | {_ci(r, 'c_iid')} | "
                      f"{_ci(r, 'c_fe_plus_sigma_d2')} | {_ci(r, 'fe_vs_mlm_per_compute')} | "
-                     f"{_ci(r, 'iid_vs_mlm_per_compute')} | {r['verdict']} |")
+                     f"{_ci(r, 'iid_vs_mlm_per_compute')} | {r.get('reading', '')} |")
     lines += ["", "FE lowers the training gradient's variance at equal compute only where c_FE + sigma_d2 < 0, i.e. "
               "where the FE / MLM ratio's whole interval is below 1. The terms are per run (one pool, one tau, "
               "shared by its K); the largest K a ratio allows is n // tau. The ratios are predictions of the "
               "decomposition at the run's tau, for the gradient of the parameters it studies, not measured training "
-              "variances. 95% expanded percentile bootstrap intervals over the pool's sequences (count in the table; "
-              "none below 12). A verdict reads \"not measured\" where a sanity gate failed "
-              "(`femlm.analysis.gates`).", ""]
+              "variances: every K of a run follows from its one estimate, c_FE + sigma_d2. 95% expanded percentile bootstrap "
+              "intervals over the pool's sequences (count in the table; none below 12). The reading is the study's "
+              "(femlm/study/verdicts.py: a prediction never reads for or against FE); \"not measured\" where a "
+              "sanity gate failed (`femlm.analysis.gates`).", ""]
     return lines
 
 

@@ -1,5 +1,5 @@
-"""results/<study>/README.md and the summary docs/evidence.md carries between the study's markers
-(``<!-- study:begin -->`` for study.yaml, ``<!-- study-base:begin -->`` for study_base.yaml)."""
+"""results/<study>/README.md (written inside the study's folder only; the summaries outside it, docs/evidence.md's
+block and README.md's, are femlm.study.headlines', refreshed by the runner's last step)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from femlm.study import stats as st
+from femlm.study.arms import label
 from femlm.study.collect import part_walls
-from femlm.study.evidence import null_sequences, pool_size
 from femlm.study.passes import passes_section
 from femlm.study.plan import Step
-from femlm.study.ratios import ratio_section, side_by_side
+from femlm.study.ratios import ratio_section
+from femlm.study.readings import verdict_lines
 from femlm.study.sections import (
     decomposition_section,
     downstream_section,
     pretrain_section,
     scale_lines,
 )
-from femlm.study.text import label, minutes
-from femlm.study.verdicts import Comparison, summary_lines, verdict_lines
+from femlm.study.text import minutes
+from femlm.study.verdicts import Comparison
 
 BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 INTRO = ("Three questions of issue 17, each answered with error bars: (1) does fully-explored masking reduce the "
@@ -88,10 +89,13 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
     lines += ["## What was measured, at what scale", "", *scale_lines(plan, data), ""]
     lines += sizing_lines(plan, steps, walls)
     lines += verdict_lines(comps, plan)
+    readings = {c.key: c for c in comps}
+    params = (data.get("encoder") or {}).get("parameters")
     if not plan.get("pretrain"):
         lines += [report.get("caveat", ""), "", "## 1-2. Variance of the training gradient; context interactions "
-                  "against the additive null model", "", *ratio_section(dec_rows or []), *decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))]
-        return _write(out, lines + across_section(plan, data) + _files(plan))
+                  "against the additive null model", "", *ratio_section(dec_rows or []),
+                  *decomposition_section(data["decomposition"], params, readings)]
+        return _write(out, lines + across_section(plan, data, readings) + _files(plan))
     n_seeds = len({r["seed"] for r in data["pretrain"]}) or len(plan["pretrain"]["seeds"])
     tq = st.t_quantile(n_seeds - 1) if n_seeds > 1 else float("nan")
     lines += [f"Each interval is a per-comparison 95% interval (the readings above adjust for multiplicity). With "
@@ -100,10 +104,10 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               "tokens on 72k papers): a null result here does not rule out an effect at scale, and a positive one "
               "would still need to be reproduced there.", ""]
     if (plan.get("decomposition") or {}).get("checkpoints", ["warmup"]):
-        dec_lines = decomposition_section(data["decomposition"], (data.get("encoder") or {}).get("parameters"))
+        dec_lines = decomposition_section(data["decomposition"], params, readings)
         lines += ["## 1-2. Variance of the training gradient; context interactions against the additive null model",
                   "", *(dec_lines or ["Not run (or not finished).", ""])]
-    lines += across_section(plan, data)
+    lines += across_section(plan, data, readings)
     lines += ["## 3. Training speed at equal compute", "",
               "Held-out MLM loss (fixed held-out blocks and masks) against cumulative training FLOPs "
               "(femlm/train/flops.py: dense encoder at every row token, head at masked tokens). Curves are "
@@ -114,11 +118,12 @@ def write_readme(plan: dict[str, Any], data: dict[str, Any], pre: dict[str, Any]
               "loss is on documents none of them trained on). Compute "
               "ratios are geometric-mean ratios with a paired t-interval on the log scale; a run that never reaches the "
               "target enters at its budget and makes the ratio a bound.", ""]
-    lines += pretrain_section(plan, pre) or ["Not run (or not finished).", ""]
+    lines += pretrain_section(plan, pre, readings) or ["Not run (or not finished).", ""]
     lines += ["## 4. Downstream", "",
               "Fine-tuning seeds' test scores: mean ± sample std, 95% t-interval; differences by Welch's t-test. The "
-              "arms' checkpoints come from one pre-training seed, so the intervals carry fine-tuning noise only.", ""]
-    lines += downstream_section(down, order) or ["Not run (or not finished).", ""]
+              "arms' checkpoints come from one pre-training seed, so the intervals carry fine-tuning noise only, and "
+              "no number of fine-tuning seeds could decide between the methods.", ""]
+    lines += downstream_section(down, order, readings) or ["Not run (or not finished).", ""]
     return _write(out, lines + _files(plan))
 
 
@@ -129,7 +134,7 @@ def control_title(plan: dict[str, Any]) -> str:
     return f"{label(p.get('fe_arm', 'fe_subword'))} against {label(p['control'])}"
 
 
-def across_section(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
+def across_section(plan: dict[str, Any], data: dict[str, Any], readings: dict[str, Any] | None = None) -> list[str]:
     """The section of `femlm analyze passes` runs (issue 28, item 2), when the plan has them."""
     if not (plan.get("passes") or {}).get("variants"):
         return []
@@ -138,24 +143,24 @@ def across_section(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
             "masks of one fully-explored draw (masking=fe_passes_*) and D cycles of K independent exact-count MLM masks; "
             "the variance (trace) of a cycle's summed gradient per arm, averaged over the sequences, and its ratio. "
             "The prediction 1 + (K-1) c_FE / sigma_m2 comes from the decomposition's terms on the same sequences.", "",
-            *(passes_section(data.get("passes") or {}) or ["Not run (or not finished).", ""])]
+            *(passes_section(data.get("passes") or {}, readings) or ["Not run (or not finished).", ""])]
 
 
 def _files(plan: dict[str, Any]) -> list[str]:
     lines = ["## Files", "",
              "- `study.json`: every number above (and the per-run values); `timings.json`: wall time per step.",
-             "- `comparisons.csv`: every comparison with its family (confirmatory / exploratory), raw and adjusted "
-             "p-values and reading (femlm/study/verdicts.py).",
+             "- `comparisons.csv`: every comparison with its family (declared / exploratory), raw and adjusted "
+             "p-values, reading and caveats (femlm/study/verdicts.py); every reading printed above is its.",
              "- `pretrain_curves.csv`: every evaluation of every run (the warm-ups' too)."]
     if plan.get("pretrain"):
         lines.append("- `pretrain_bands.csv` (plotted means and bands, differences), `pretrain_runs.csv` (per-run "
                      "final loss, mean loss, compute to each target), `pretrain_comparisons.csv` (intervals, p-values, "
-                     "verdicts).")
+                     "the readings of comparisons.csv).")
     if plan.get("finetune"):
         lines.append("- `downstream_scores.csv` (per seed), `downstream_summary.csv` (means, intervals, differences).")
     if (plan.get("passes") or {}).get("variants"):
         lines.append("- `passes_ratios.csv`: every `femlm analyze passes` run's measured and predicted ratios per K, "
-                     "with their readings; `passes_<run>.csv`, `passes_<run>.md`: the analysis' own tables.")
+                     "with the study's readings; `passes_<run>.csv`, `passes_<run>.md`: the analysis' own tables.")
     if not (plan.get("decomposition") or {}).get("checkpoints", ["warmup"]):
         return lines + [""]
     return lines + ["- `decomposition_terms.csv`: every decomposition run's terms and per-K verdicts in one table; "
@@ -179,44 +184,3 @@ def _write(out: Path, lines: list[str]) -> Path:
     path = out / "README.md"
     path.write_text(drop_missing_figures("\n".join(lines), out))
     return path
-
-
-def summary_block(plan: dict[str, Any], data: dict[str, Any], timings: dict[str, Any], comps: list[Comparison],
-                  out: Path | None = None) -> str:
-    """The short, generated summary docs/evidence.md carries between the study's markers; a study without
-    pre-training arms (study_base) puts its scale beside the MiniLM study's."""
-    begin, end = markers(plan)
-    total = sum(part_walls(timings).values())
-    runs = (f"{len(data['pretrain'])} pre-training runs" if plan.get("pretrain") else
-            f"{(data.get('warmup') is not None) + (data.get('head_warmup') is not None)} warm-up runs and "
-            f"{len(data['decomposition'])} decomposition runs")
-    where = plan.get("out_dir", "results/study")
-    lines = [begin, "",
-             f"_Generated from `{where}/` ({time.strftime('%Y-%m-%d')}; {runs}, wall "
-             f"{minutes(total)} on this machine). Details, intervals and caveats: "
-             f"[{where}/README.md](../{where}/README.md)._", ""]  # docs/evidence.md: links from docs/
-    if not plan.get("pretrain") and out is not None:
-        base = {"encoder": data.get("encoder"), "labels": {k: v.get("label") for k, v in data["decomposition"].items()},
-                "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
-                "null_model": {k: ((v.get("json") or {}).get("null_model") or {}).get("summary")
-                               for k, v in data["decomposition"].items()},
-                "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
-                                   if v.get("json")},
-                "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")}}
-        lines += side_by_side(base, out.parent / "study" / "study.json", (plan.get("report") or {}).get("side_by_side", {}))
-    lines += ["The confirmatory comparisons (Holm at a family-wise 0.05), each by its reading:", *summary_lines(comps)]
-    if data["missing"]:
-        lines += ["", f"(The study was incomplete: {len(data['missing'])} steps missing.)"]
-    lines += ["", end]
-    return "\n".join(lines)
-
-
-def update_readme(readme: Path, block: str, plan: dict[str, Any] | None = None) -> bool:
-    begin, end = markers(plan or {})
-    text = readme.read_text()
-    if begin not in text or end not in text:
-        return False
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    readme.write_text(head + block + tail)
-    return True

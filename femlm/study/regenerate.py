@@ -1,4 +1,4 @@
-"""Rewrite a finished study's verdicts from its committed files, without its run directories (issue 27).
+"""Rewrite a finished study's readings from its committed files, without its run directories (issues 27, 47).
 
 `python -m femlm.study --experiment study --from-json` re-applies today's verdict writer (gates, unit counts,
 censored ratios as bounds) to results/<study>/: it reads ``study.json`` (terms, verdicts, null-model summaries,
@@ -23,16 +23,17 @@ from typing import Any
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
 from femlm.study.evidence import run_gates
-from femlm.study.figures import bands_from_csv, plot_curves, plot_downstream
-from femlm.study.headlines import write_headlines
-from femlm.study.passes import passes_rows
-from femlm.study.ratios import ratio_section, side_by_side, write_ratio_csv
-from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, markers, sizing_sentence
-from femlm.study.sections import decomposition_section, pretrain_section
-from femlm.study.tables import comparison_rows
+from femlm.study.figures import bands_from_csv, null_figure, plot_curves, plot_downstream
+from femlm.study.passes import passes_rows, with_readings
+from femlm.study.ratios import ratio_section, write_ratio_csv
+from femlm.study.ratios import with_readings as ratio_with_readings
+from femlm.study.readings import rows as comparison_table
+from femlm.study.readings import verdict_lines
+from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, sizing_sentence
+from femlm.study.sections import decomposition_section, downstream_section, pretrain_section
+from femlm.study.tables import comparison_rows, csv_table, downstream_rows
 from femlm.study.text import MODE_LABEL
-from femlm.study.verdicts import adjust, study_comparisons, summary_lines, verdict_lines
-from femlm.study.verdicts import rows as comparison_table
+from femlm.study.verdicts import adjust, strip_readings, study_comparisons
 
 POOL = re.compile(r"Pool of (\d+) validation blocks of (\d+) tokens, tau = (\d+) masked tokens per copy, R = (\d+) "
                   r"rows per step, K in \[([\d, ]+)\]; (\d+) reference masks and (\d+) draws .*?; (\d+) directly")
@@ -74,29 +75,13 @@ def run_json(study: dict[str, Any], key: str, md: str, readme: str) -> dict[str,
     }
 
 
-def _table(path: Path) -> list[dict[str, Any]]:
-    """A CSV of the analysis with its ``<name>_ci_low`` / ``<name>_ci_high`` pairs as ``<name>_ci`` lists."""
-    out = []
-    with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            v: dict[str, Any] = {k: _number(x) for k, x in r.items()}
-            for k in [k for k in v if k.endswith(("_ci_low", "_ci_seq_low"))]:
-                v[k[:-4]] = [v.pop(k), v.pop(k[:-4] + "_high")]
-            out.append(v)
-    return out
-
-
-def _number(x: str) -> Any:
-    try:
-        return int(x) if x.lstrip("-").isdigit() else float(x)
-    except ValueError:
-        return x
-
-
-def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Path) -> Path | None:
+def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Path,
+                     readings: dict[str, Any] | None = None) -> Path | None:
     """decomposition_<key>.md rewritten by today's analysis writer (femlm.analysis.decomposition_text) from
-    study.json and the run's own CSV tables beside it: the headings, gates and unit rules of today."""
+    study.json and the run's own CSV tables beside it: the headings, gates and unit rules of today, and the study's
+    reading of each K (``readings``: femlm.study.verdicts' comparisons by key)."""
     from femlm.analysis.decomposition_text import decomposition_markdown
+    from femlm.study.verdicts import says
 
     table, null = out / f"decomposition_{key}.csv", out / f"null_model_{key}.csv"
     if not table.is_file() or not null.is_file():
@@ -105,7 +90,8 @@ def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Pa
     summary = {**j, "gates": run_gates(j), "settings": {**j["settings"]},
                "null_model": {**j["null_model"], "settings": {**j["null_model"]["settings"],
                                                               "bootstrap": s.get("bootstrap")}}}
-    text = decomposition_markdown(summary, _table(table), _table(null), s.get("title", key))
+    per_k = {str(k): says(readings[c]) for k in j["verdicts"] if (c := f"variance_ratio/{key}/K{k}") in (readings or {})}
+    text = decomposition_markdown(summary, csv_table(table), csv_table(null), s.get("title", key), per_k)
     if s.get("interval_method") and s["interval_method"] != "expanded percentile bootstrap":
         text = text.replace("expanded percentile bootstrap", s["interval_method"])  # what the run computed
     path = out / f"decomposition_{key}.md"
@@ -173,9 +159,9 @@ def _resamples(study: dict[str, Any]) -> Any:
     return "?"
 
 
-def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[Path]:
+def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[dict[str, Any]]:
     """The study's loss and downstream figures drawn again from its committed CSV and study.json (one colour per
-    arm, femlm.outputs.ARM_COLORS), where the study has them."""
+    arm, femlm.outputs.arm_colors), where the study has them."""
     drawn = []
     if (out / "pretrain_bands.csv").is_file():
         for mode, res in bands_from_csv(out / "pretrain_bands.csv", study.get("pretraining") or {}).items():
@@ -188,10 +174,11 @@ def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[Path]
     return drawn
 
 
-def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path | None = None) -> Path:
-    """Rewrite results/<study>/ README's readings, its comparisons.csv and pretrain_comparisons.csv, the study's
-    block of ``readme`` (docs/evidence.md) and the evidence block of ``top`` (README.md, whose folder holds
-    results/) from the committed files (see the module doc)."""
+def regenerate(plan: dict[str, Any], out: Path) -> Path:
+    """Rewrite results/<study>/ from its committed files (see the module doc): comparisons.csv and every table and
+    CSV that prints a reading, the README's readings and sections, study.json without words of its own, and the
+    figures, all inside ``out``. The summaries outside it are femlm.study.headlines.refresh's (the CLI's next
+    step)."""
     study_path = out / "study.json"
     if not study_path.is_file():
         raise UserError(f"{study_path}: no study.json to regenerate from (run the study, or --results-only)")
@@ -202,9 +189,8 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
     settings = {key: recorded_settings(study, key, (out / f"decomposition_{key}.md").read_text())
                 for key in study.get("decomposition") or {} if study["decomposition"][key]
                 and ((study.get("decomposition_settings") or {}).get(key) or (out / f"decomposition_{key}.md").is_file())}
-    if settings and study.get("decomposition_settings") != settings:  # moved into study.json once (issue 37)
+    if settings:  # moved into study.json once (issue 37)
         study["decomposition_settings"] = settings
-        study_path.write_text(json.dumps(study, indent=2) + "\n")
     for key in settings:
         md = out / f"decomposition_{key}.md"
         if study["decomposition"][key]:
@@ -216,19 +202,31 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
     down = study.get("downstream") or {}
     runs = passes_runs(study, out)
     rows = passes_rows(runs) if runs else []
-    comps = adjust(study_comparisons(plan, dec, pre, down, rows, study.get("arms_read")), plan)
+    params = (study.get("encoder") or {}).get("parameters")
+    comps = adjust(study_comparisons(plan, dec, pre, down, rows, study.get("arms_read"), params), plan)
+    readings = {c.key: c for c in comps}
     write_csv(out / "comparisons.csv", comparison_table(comps), line_end=CRLF)
     if any("arms" in r for r in pre.values()):
-        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, {c.key: c for c in comps}), line_end=CRLF)
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, readings), line_end=CRLF)
     if rows:
-        write_ratio_csv(out / "passes_ratios.csv", rows)
-    note = (f"_Regenerated from `study.json` by the issue-37 writer ({time.strftime('%Y-%m-%d')}; `python -m "
+        study["passes"] = with_readings(rows, comps)
+        write_ratio_csv(out / "passes_ratios.csv", study["passes"])
+    if study.get("decomposition_rows"):
+        study["decomposition_rows"] = ratio_with_readings(study["decomposition_rows"], comps)
+        write_ratio_csv(out / "decomposition_terms.csv", study["decomposition_rows"])
+    if down:
+        per_seed, summary = downstream_rows(down)
+        write_csv(out / "downstream_scores.csv", per_seed, line_end=CRLF)
+        write_csv(out / "downstream_summary.csv", summary, line_end=CRLF)
+    study_path.write_text(json.dumps(strip_readings(study), indent=2) + "\n")
+    note = (f"_Regenerated from `study.json` by the issue-47 writer ({time.strftime('%Y-%m-%d')}; `python -m "
             f"femlm.study --experiment {plan.get('name')} --from-json`); the numbers are the run's._")
     tail = next((line for line in text.splitlines() if line.startswith("Each interval is")), "")
     if tail:
         tail = "Each interval is a per-comparison 95% interval (the readings above adjust for multiplicity)." + (
             tail.split("alone.", 1)[1] if "alone." in tail else "")
-    lists = [*verdict_lines(comps, plan)[:2], note, "", *verdict_lines(comps, plan)[2:], *([tail, ""] if tail else [])]
+    lines = verdict_lines(comps, plan)
+    lists = [*lines[:2], note, "", *lines[2:], *([tail, ""] if tail else [])]
     start = "## What the evidence says" if "\n## What the evidence says" in text else "## What the evidence supports"
     stop = next(h for h in ("\n## 1-2.", "\n## Variance across passes", "\n## 3.") if h in text)
     text = _replace(text, start, stop.lstrip("\n"), lists)
@@ -246,20 +244,27 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
     sizing = sizing_sentence({**plan, "estimate": (study.get("plan") or plan).get("estimate", {})})
     text = "\n".join(sizing if line.startswith("Sized beforehand from unit costs measured on") else line
                      for line in text.splitlines()) + "\n"
-    params = (study.get("encoder") or {}).get("parameters")
     if dec:
         rows_table = ratio_section(study.get("decomposition_rows") or []) if labels else []
         text = _section(text, ("## 1-2.",), ["## 1-2. Variance of the training gradient; context interactions "
                                              "against the additive null model", "", *rows_table,
-                                             *decomposition_section(dec, params)])
+                                             *decomposition_section(dec, params, readings)])
     if runs:
-        text = _section(text, ("## Variance across passes",), across_section(plan, {"passes": runs}))
+        text = _section(text, ("## Variance across passes",), across_section(plan, {"passes": runs}, readings))
     if pre:
         i = text.find("## 3.")
         intro_end = text.find("\n### ", i)
-        text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre))
+        text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## 4.", pretrain_section(plan, pre,
+                                                                                                       readings))
+    if down:
+        i = text.find("## 4.")
+        intro_end = text.find("\n### ", i)
+        order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+        text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## Files",
+                                               downstream_section(down, order, readings))
     for key, d in dec.items():
-        rewrite_markdown(study, key, d["json"], out)
+        rewrite_markdown(study, key, d["json"], out, readings)
+        null_figure(d["json"], key, out, d.get("label") or key)
     files = _files(plan)
     if not (out / "decomposition_terms.csv").is_file():  # a study from before the table existed (results/study)
         files = [line.replace(TERMS_FILE, "") for line in files]
@@ -267,21 +272,4 @@ def regenerate(plan: dict[str, Any], out: Path, readme: Path | None, top: Path |
     redraw(plan, out, study)
     path = out / "README.md"
     path.write_text(drop_missing_figures(text, out))
-    if readme is not None and readme.is_file():
-        begin, end = markers(plan)
-        evidence = readme.read_text()
-        if begin in evidence and end in evidence:
-            head, rest = evidence.split(begin, 1)
-            old, after = rest.split(end, 1)
-            keep = [next((line for line in old.splitlines() if line.startswith("_Generated from")), ""), ""]
-            if not plan.get("pretrain"):  # a study without training arms sets its scale beside the MiniLM study's
-                base = {**study, "labels": {k: d.get("label") for k, d in dec.items()}}
-                keep += side_by_side(base, out.parent / "study" / "study.json",
-                                     (plan.get("report") or {}).get("side_by_side", {}))
-            block = [begin, "", *keep, note, "",
-                     "The confirmatory comparisons (Holm at a family-wise 0.05), each by its reading:",
-                     *summary_lines(comps), "", end]
-            readme.write_text(head + "\n".join(block) + after)
-    if top is not None:
-        write_headlines(top, top.parent)
     return path

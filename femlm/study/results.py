@@ -1,10 +1,11 @@
 """results/<study>/ (results/study/, results/study-base/): the study's numbers, figures, CSV, study.json and a
 README written from them.
 
-Nothing here states a conclusion that the numbers do not carry: every sentence of the README that compares
-arms is chosen by an interval (`femlm.study.stats.verdict`, `ratio_verdict`, the decomposition's own verdicts),
-and a missing or partial part is reported as such. Runs still missing (a study cut short) are listed, and the
-statistics use the runs that finished.
+Nothing here states a conclusion that the numbers do not carry: every reading in the README, the CSV files and
+study.json is femlm.study.verdicts' (one rule), and a missing or partial part is reported as such. Runs still
+missing (a study cut short) are listed, and the statistics use the runs that finished. Everything is written inside
+``out``: the summaries outside it (docs/evidence.md, README.md) are the runner's last step
+(femlm.study.headlines.refresh).
 """
 
 from __future__ import annotations
@@ -22,20 +23,18 @@ from femlm.runs import cpu_model, environment_under
 from femlm.study.collect import arms_read, collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.evidence import null_sequences, pool_size, run_gates
-from femlm.study.figures import plot_curves, plot_downstream
-from femlm.study.headlines import write_headlines
-from femlm.study.passes import passes_rows
+from femlm.study.figures import null_figure, plot_curves, plot_downstream
+from femlm.study.passes import passes_rows, with_readings
 from femlm.study.plan import Step, final, pretrain_dir
 from femlm.study.ratios import plot_pairs, ratio_rows, write_ratio_csv
-from femlm.study.readme import summary_block, update_readme, write_readme
+from femlm.study.readings import rows as comparison_table
+from femlm.study.readme import write_readme
 from femlm.study.tables import band_rows, comparison_rows, curve_rows, downstream_rows, run_rows
 from femlm.study.text import MODE_LABEL
-from femlm.study.verdicts import adjust, study_comparisons
-from femlm.study.verdicts import rows as comparison_table
+from femlm.study.verdicts import adjust, strip_readings, study_comparisons
 
 
-def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path, timings: dict[str, Any],
-                  readme: Path | None = None) -> Path:
+def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path, timings: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     data = collect(plan, steps, runs)
     gates = {k: run_gates(v["json"]) for k, v in data["decomposition"].items() if v.get("json")}  # issue 27
@@ -43,7 +42,9 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
     down = analyse_downstream(plan, data) if plan.get("finetune") else {}
     pass_rows = passes_rows(data["passes"])
     reads = arms_read(plan, data)
-    comps = adjust(study_comparisons(plan, data["decomposition"], pre, down, pass_rows, reads), plan)
+    params = (data.get("encoder") or {}).get("parameters")
+    comps = adjust(study_comparisons(plan, data["decomposition"], pre, down, pass_rows, reads, params), plan)
+    readings = {c.key: c for c in comps}
     write_csv(out / "comparisons.csv", comparison_table(comps), line_end=CRLF)
     order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
     for mode, res in pre.items():
@@ -57,18 +58,20 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
     if plan.get("pretrain"):
         write_csv(out / "pretrain_bands.csv", band_rows(pre), line_end=CRLF)
         write_csv(out / "pretrain_runs.csv", run_rows(pre), line_end=CRLF)
-        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, {c.key: c for c in comps}), line_end=CRLF)
+        write_csv(out / "pretrain_comparisons.csv", comparison_rows(pre, readings), line_end=CRLF)
     if plan.get("finetune"):
         per_seed, summary = downstream_rows(down)
         write_csv(out / "downstream_scores.csv", per_seed, line_end=CRLF)
         write_csv(out / "downstream_summary.csv", summary, line_end=CRLF)
     for where, d in data["decomposition"].items():
         src = Path(d["dir"])
-        for name in ("decomposition.csv", "null_model.csv", "decomposition.png", "null_model.png", "decomposition.md"):
+        for name in ("decomposition.csv", "null_model.csv", "decomposition.png"):
             if (src / name).is_file():
                 stem, ext = name.rsplit(".", 1)
                 shutil.copy2(src / name, out / f"{stem}_{where}.{ext}")
         if d.get("json"):
+            study_markdown(d["json"], where, out, readings, d.get("label") or where)
+            null_figure(d["json"], where, out, d.get("label") or where)
             plot_pairs(src, d["json"], out / f"covariance_distribution_{where}.png",
                        f"Figure 2: {where}")
     for where, d in data["passes"].items():
@@ -77,8 +80,8 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
                 stem, ext = name.rsplit(".", 1)
                 shutil.copy2(Path(d["dir"]) / name, out / f"{stem}_{where}.{ext}")
     if pass_rows:
-        write_ratio_csv(out / "passes_ratios.csv", pass_rows)
-    dec_rows = ratio_rows(data["decomposition"])
+        write_ratio_csv(out / "passes_ratios.csv", with_readings(pass_rows, comps))
+    dec_rows = ratio_rows(data["decomposition"], comps)
     if dec_rows:
         write_ratio_csv(out / "decomposition_terms.csv", dec_rows)
     (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
@@ -90,7 +93,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
                             for k, v in data["decomposition"].items()},
-             "gates": gates, "passes": pass_rows, "arms_read": reads,
+             "gates": gates, "passes": with_readings(pass_rows, comps), "arms_read": reads,
              "decomposition_settings": {k: recorded(v) for k, v in data["decomposition"].items() if v.get("json")},
              "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")},
              "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()
@@ -100,12 +103,24 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "hardware": {"cpu": cpu_model(), "platform": platform.platform()},
              # what made the runs (femlm.runs.environment_of); its README line: femlm.runs.environment_line
              "environment": environment_under(plan.get("runs_dir") or "runs")}
-    (out / "study.json").write_text(json.dumps(finite(study), indent=2, default=_json_default) + "\n")
-    path = write_readme(plan, data, pre, down, timings, out, order, steps, dec_rows, comps)
-    if readme is not None and not plan.get("smoke"):
-        update_readme(readme, summary_block(plan, data, timings, comps, out), plan)
-        if (readme.parent.parent / "results").is_dir():  # docs/evidence.md of a checkout: README.md beside docs/
-            write_headlines(readme.parent.parent / "README.md", readme.parent.parent)
+    (out / "study.json").write_text(json.dumps(finite(strip_readings(study)), indent=2, default=_json_default) + "\n")
+    return write_readme(plan, data, pre, down, timings, out, order, steps, dec_rows, comps)
+
+
+def study_markdown(j: dict[str, Any], where: str, out: Path, readings: dict[str, Any], title: str) -> Path | None:
+    """decomposition_<where>.md: the analysis' own page, from its CSV tables beside it, with the study's reading of
+    each K (femlm.study.verdicts) in place of the run's description of its interval."""
+    from femlm.analysis.decomposition_text import decomposition_markdown
+    from femlm.study.tables import csv_table
+    from femlm.study.verdicts import says
+
+    table, null = out / f"decomposition_{where}.csv", out / f"null_model_{where}.csv"
+    if not table.is_file() or not null.is_file():
+        return None
+    per_k = {str(k): says(readings[key]) for k in j["verdicts"] if (key := f"variance_ratio/{where}/K{k}") in readings}
+    summary = {**j, "gates": run_gates(j)}
+    path = out / f"decomposition_{where}.md"
+    path.write_text(decomposition_markdown(summary, csv_table(table), csv_table(null), title, per_k))
     return path
 
 

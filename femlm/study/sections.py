@@ -9,16 +9,15 @@ import numpy as np
 from femlm.analysis.decomposition_text import verdict_table
 from femlm.analysis.gates import not_measured
 from femlm.runs import cpu_model, environment_line, environment_under
+from femlm.study.arms import label
 from femlm.study.collect import run_config
 from femlm.study.evidence import (
     dec_units,
     enough,
     null_interval,
-    null_sentence,
     null_units,
     pool_size,
     prediction_label,
-    ratio_sentence,
     run_gates,
     studied,
 )
@@ -28,7 +27,6 @@ from femlm.study.text import (
     fmt,
     fmt_ci,
     fmt_sig,
-    label,
     package_version,
     term_interval,
     x100,
@@ -132,7 +130,27 @@ def scale_lines(plan: dict[str, Any], data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def decomposition_section(dec: dict[str, Any], model_parameters: int | None = None) -> list[str]:
+def _says(readings: dict[str, Any] | None, key: str) -> str:
+    """The reading of comparison ``key`` as every table prints it (femlm.study.verdicts.says); "" when the study
+    makes no such comparison."""
+    from femlm.study.verdicts import says
+
+    c = (readings or {}).get(key)
+    return says(c) if c is not None else ""
+
+
+def _value(readings: dict[str, Any] | None, key: str, fallback: str) -> str:
+    """A comparison's estimate [interval] as the verdict writer prints it (enough digits near 1), with its reading."""
+    from femlm.study.verdicts import fmt_value
+
+    c = (readings or {}).get(key)
+    return f"{fmt_value(c)}: {_says(readings, key)}" if c is not None else fallback
+
+
+def decomposition_section(dec: dict[str, Any], model_parameters: int | None = None,
+                          readings: dict[str, Any] | None = None) -> list[str]:
+    """Per decomposition run: its terms, the per-K predictions with the study's reading of each, and the null
+    model; ``readings``: the study's comparisons by key (femlm.study.verdicts)."""
     lines: list[str] = []
     for where, d in dec.items():
         j = d.get("json")
@@ -153,28 +171,31 @@ def decomposition_section(dec: dict[str, Any], model_parameters: int | None = No
                   f"K in {s['num_masks']}; {s['check_batches']} directly resampled batches; {studied(j, model_parameters)}; "
                   f"{dec_units(j)}.", ""]
         if gates["decomposition"]:
-            lines += [f"**{not_measured(gates['decomposition'])}.** The numbers are printed; no verdict is drawn.", ""]
+            lines += [f"**{not_measured(gates['decomposition'])}.** The numbers are printed; no reading is drawn.", ""]
         lines += ["| term | estimate" + (" [95% CI]" if show else "") + " |", "|---|---|",
                   f"| data term sigma_d2 | {term('sigma_d2')} |",
                   f"| mask term sigma_m2 | {term('sigma_m2')} |"]
         if "sigma_m2_from_fe_masks" in terms:
             lines.append(f"| sigma_m2 from the FE masks (a second unbiased estimate) | {term('sigma_m2_from_fe_masks')} |")
-        lines += [f"| c_FE (two disjoint masks of one sequence) | {term('c_fe')} |",
+        per_k = {str(k): _says(readings, f"variance_ratio/{where}/K{k}") for k in j["verdicts"]}
+        lines += [f"| c_FE (two disjoint masks) | {term('c_fe')} |",
                   f"| c_iid (control, 0 expected) | {term('c_iid')} |", "",
                   "Per K, at the run's batch size (ratios per unit compute, *predicted* from the terms; measured ones "
-                  "from directly resampled batches):", "", *verdict_table(j["verdicts"], show)]
+                  "from directly resampled batches; the reading is the study's, femlm/study/verdicts.py):", "",
+                  *verdict_table(j["verdicts"], show, per_k)]
         k = headline_k(j["verdicts"])
         fe = j["verdicts"][k]["fe"]
         share = terms["sigma_d2"]["estimate"] / max(terms["sigma_d2"]["estimate"] + terms["sigma_m2"]["estimate"], 1e-30)
         margin = as_interval(fe["c_plus_sigma_d2"], fe["c_plus_sigma_d2_ci"] if show else None)
-        lines += ["", f"Reading: of one MLM row's gradient variance, the data term is {share:.0%} and the mask term "
+        lines += ["", f"Of one MLM row's gradient variance, the data term is {share:.0%} and the mask term "
                   f"{1 - share:.0%}. FE lowers the variance at equal compute only if c_FE < -sigma_d2 (the module "
-                  f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = {fmt_sig(margin)}. "
-                  + ratio_sentence(fe["per_compute_vs_mlm"], fe["ci"] if show else [None, None], k,
-                                   gates["decomposition"], f"ratio ({prediction_label(j, model_parameters)})"), ""]
+                  f"docstring of femlm/analysis/decomposition.py); here c_FE + sigma_d2 = {fmt_sig(margin)}, one "
+                  f"estimate from which every K's predicted ratio follows ({prediction_label(j, model_parameters)}).",
+                  ""]
         null = j.get("null_model", {}).get("summary", {})
         if null:
             frac = null_interval(j, "fraction_explained")
+            context = (readings or {}).get(f"context/{where}")
             lines += ["Context interactions against the additive null model (the covariance of a gradient that is a "
                       "sum of per-token terms already falls with the Hamming distance; what is left is interaction; "
                       f"{null_units(j)}): measured decrease "
@@ -182,13 +203,18 @@ def decomposition_section(dec: dict[str, Any], model_parameters: int | None = No
                       f"{fmt_sig(null_interval(j, 'additive_decrease'))}, fraction explained {fmt_ci(frac, 2)}; "
                       f"residual (interaction) decrease {fmt_sig(null_interval(j, 'residual_decrease'))}; D2 "
                       f"{fmt_sig(as_interval(null.get('d2_mean'), None))}, additive share of Var(g(m)) "
-                      f"{fmt(null.get('additive_share_of_var'))}. " + null_sentence(j, gates["null_model"]), ""]
+                      f"{fmt(null.get('additive_share_of_var'))}. Reading: "
+                      + (f"{_says(readings, f'context/{where}')} ({context.why})" if context is not None else
+                         "none") + ". It tests interactions only: an additive gradient already satisfies Assumption "
+                      "1, and neither says whether FE pays.", ""]
         lines += [f"![decomposition](decomposition_{where}.png)", "", f"![null model](null_model_{where}.png)", "",
                   f"![Figure 2](covariance_distribution_{where}.png)", ""]
     return lines
 
 
-def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
+def pretrain_section(plan: dict[str, Any], pre: dict[str, Any], readings: dict[str, Any] | None = None) -> list[str]:
+    """Per equal-compute mode: each arm's losses, each arm against the reference and the arm against its control,
+    every comparison cell with the study's reading of it (``readings``: by key)."""
     lines: list[str] = []
     for mode, res in pre.items():
         lines += [f"### {MODE_LABEL[mode]}", ""]
@@ -207,28 +233,31 @@ def pretrain_section(plan: dict[str, Any], pre: dict[str, Any]) -> list[str]:
                   "|---|---:|---|---|"]
         for arm, a in res["arms"].items():
             lines.append(f"| {label(arm)} | {len(a['seeds'])} | {fmt_ci(a['final_loss'])} | {fmt_ci(a['mean_loss'])} |")
-        lines += ["", "| arm vs MLM | final loss difference, paired [95% CI] | mean loss difference, paired [95% CI] | "
-                  + " | ".join(f"compute to reach target {k} (loss {t['loss']:.3f}) / MLM's [95% CI]" for k, t in
-                               res["targets"].items()) + " |",
+        lines += ["", "| arm vs MLM | final loss difference, paired [95% CI]: reading | mean loss difference, paired "
+                  "[95% CI]: reading | "
+                  + " | ".join(f"compute to reach target {k} (loss {t['loss']:.3f}) / MLM's [95% CI]: reading"
+                               for k, t in res["targets"].items()) + " |",
                   "|---|---|---|" + "---|" * len(res["targets"])]
         for arm, c in res["comparisons"].items():
-            cells = [f"{label(arm)}", f"{fmt_ci(c['final_loss']['paired'])} ({c['final_loss']['verdict']})",
-                     f"{fmt_ci(c['mean_loss']['paired'])} ({c['mean_loss']['verdict']})"]
+            cells = [f"{label(arm)}"] + [_value(readings, f"training_loss/{mode}/{arm}/{m}", fmt_ci(c[m]["paired"]))
+                                         for m in ("final_loss", "mean_loss")]
             for key in res["targets"]:
-                cells.append(fmt_ratio(c[f"ratio_to_{key}"]))
+                cells.append(fmt_ratio(c[f"ratio_to_{key}"], (readings or {}).get(f"compute_ratio/{mode}/{arm}/{key}")))
             lines.append("| " + " | ".join(cells) + " |")
         vs = res.get("fe_vs_control")
         if vs:
-            lines += ["", f"{label(vs['fe'])} minus {label(vs['control'])} (paired by seed {vs['paired_seeds']}): final loss "
-                      f"{fmt_ci(vs['final_loss'])} ({vs['final_loss']['verdict']}), mean loss "
-                      f"{fmt_ci(vs['mean_loss'])} ({vs['mean_loss']['verdict']})."]
+            lines += ["", f"{label(vs['fe'])} minus {label(vs['control'])} (paired by seed {vs['paired_seeds']}): final "
+                      f"loss {_value(readings, f'fe_vs_control/{mode}/final_loss', fmt_ci(vs['final_loss']))}; mean "
+                      f"loss {_value(readings, f'fe_vs_control/{mode}/mean_loss', fmt_ci(vs['mean_loss']))}."]
         lines += ["", f"![loss vs compute]({'loss_vs_flops_' + mode}.png)", ""]
     return lines
 
 
-def fmt_ratio(r: dict[str, Any]) -> str:
-    """A compute-to-target ratio: with its interval, or, when runs never reached the target (censored), as the
-    bound it is, without an interval."""
+def fmt_ratio(r: dict[str, Any], c: Any = None) -> str:
+    """A compute-to-target ratio: with its interval and the study's reading ``c`` (a Comparison), or, when runs
+    never reached the target (censored), as the bound it is, without an interval and without a reading."""
+    from femlm.study.verdicts import fmt_value, says
+
     nr = r.get("not_reached") or {}
     seeds = f"{r.get('n', '?')} seeds"
     bound = r.get("bound") or ""
@@ -237,31 +266,42 @@ def fmt_ratio(r: dict[str, Any]) -> str:
     if bound in ("lower", "upper"):
         sign, who = (">=", f"{nr.get('arm', '?')} arm runs") if bound == "lower" else ("<=", f"{nr.get('reference', '?')} MLM runs")
         return (f"{sign} {fmt(r.get('estimate'))} (a bound, no interval: {who} never reached the target; "
-                f"{seeds}) ({r['verdict']})")
-    return f"{fmt_ci(r)} ({seeds}, {r.get('method') or 't'}) ({r['verdict']})"
+                f"{seeds}): not decided")
+    value = fmt_value(c) if c is not None else fmt_ci(r)
+    return f"{value} ({seeds}, {r.get('method') or 't'})" + (f": {says(c)}" if c is not None else "")
 
 
-def downstream_section(down: dict[str, Any], order: list[str]) -> list[str]:
+def downstream_section(down: dict[str, Any], order: list[str], readings: dict[str, Any] | None = None) -> list[str]:
+    from femlm.study.comparisons import majority_seeds
+
     lines: list[str] = []
     for task, d in down.items():
         lines += [f"### {task} (test {d['metric']} x 100; majority class {fmt(100 * d['majority'], 2) if d['majority'] is not None else 'n/a'})", "",
-                  "| row | n | mean ± std | 95% CI | vs MLM (Welch) [95% CI] | vs no continual [95% CI] |",
-                  "|---|---:|---|---|---|---|"]
+                  "| row | n | mean ± std | 95% CI | seeds at the majority class | vs MLM (Welch) [95% CI]: reading | "
+                  "vs no continual [95% CI] |",
+                  "|---|---:|---|---|---:|---|---|"]
         for row in [r for r in order if r in d["summary"]]:
             s = d["summary"][row]
             c, b = d["vs_mlm"].get(row), d["vs_no_continual"].get(row)
+            k = majority_seeds(d["scores"].get(row) or [], d["majority"])
+            reading = _says(readings, f"downstream/{task}/{row}")
+            at_majority = "-" if k is None else f"{k} of {s['n']}"
             lines.append(f"| {label(row)} | {s['n']} | {fmt(x100(s['estimate']), 2)} ± {fmt(x100(s['std']), 2)} | "
                          f"[{fmt(x100(s['low']), 2)}, {fmt(x100(s['high']), 2)}] | "
-                         + (f"{fmt(x100(c['estimate']), 2)} [{fmt(x100(c['low']), 2)}, {fmt(x100(c['high']), 2)}]: "
-                            f"{'exceeds' if c['exceeds_seed_noise'] else 'does not exceed'} the seed noise" if c else "-")
+                         f"{at_majority} | "
+                         + (f"{fmt(x100(c['estimate']), 2)} [{fmt(x100(c['low']), 2)}, {fmt(x100(c['high']), 2)}]"
+                            + (f": {reading}" if reading else "") if c else "-")
                          + " | "
-                         + (f"{fmt(x100(b['estimate']), 2)} [{fmt(x100(b['low']), 2)}, {fmt(x100(b['high']), 2)}]: "
-                            f"{'exceeds' if b['exceeds_seed_noise'] else 'does not exceed'} the seed noise" if b else "-")
+                         + (f"{fmt(x100(b['estimate']), 2)} [{fmt(x100(b['low']), 2)}, {fmt(x100(b['high']), 2)}]"
+                            if b else "-")
                          + " |")
         above = [label(k) for k, v in d["above_majority"].items() if v]
         lines += ["", ("Rows whose whole 95% interval is above the majority class: " + ", ".join(above) + "."
                        if above else "No row's 95% interval is entirely above the majority class: at this scale "
-                       "fine-tuning barely learns the task, and downstream differences cannot be expected to show."), ""]
+                       "fine-tuning barely learns the task, and downstream differences cannot be expected to show."),
+                  "", "Only an FE arm against MLM is one of the study's comparisons (its reading beside it); the other "
+                  "differences are intervals, read by nothing. Every fine-tuning seed starts from one pre-training "
+                  "seed's checkpoint, so these intervals hold fine-tuning noise only.", ""]
     if down:
         lines += ["![downstream](downstream.png)", ""]
     return lines

@@ -28,12 +28,11 @@ equal-compute mode) there are n pre-training seeds.
   interval for comparison (`welch`).
 
 Downstream (part 4). Per arm x task the fine-tuning seeds' test scores: mean, sample std, t-interval; the
-majority class; the difference to MLM (and to the no-continual baseline) with Welch's t-test (`welch`): the
-difference "exceeds the seed noise" when its 95% interval excludes 0 (`verdict`).
+majority class; the difference to MLM (and to the no-continual baseline) with Welch's t-test (`welch`).
 
-A verdict is written only from an interval: `verdict(ci)` says ``"lower"`` / ``"higher"`` when the interval
-excludes 0 and ``"no difference detected"`` otherwise; every per-comparison interval is a 95% interval, not
-corrected for the number of comparisons the study makes (the README states that number).
+No function here reads a number: every reading (favours FE, against FE, lower, higher, not decided) is
+femlm.study.verdicts', made from these intervals and p-values under the study's multiplicity rule. Every interval
+here is a per-comparison 95% interval.
 """
 
 from __future__ import annotations
@@ -113,32 +112,6 @@ def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Inter
     low, high = test.confidence_interval(level)
     return Interval(est, float(low), float(high), min(len(x), len(y)), p=float(test.pvalue), df=float(test.df),
                     method="welch")
-
-
-def verdict(ci: Interval, what: str = "difference") -> str:
-    """'lower' / 'higher' when the interval excludes 0, else 'no difference detected' (never from a point)."""
-    if not ci.excludes_zero:
-        return "no difference detected"
-    return "lower" if ci.high < 0 else "higher"
-
-
-def ratio_verdict(ci: Interval) -> str:
-    """For a ratio arm / MLM of compute to a target: 'less compute' when the interval is below 1, 'more compute'
-    above, else 'no difference detected'. A censored ratio (runs that never reached the target entered at their
-    budget) is a bound: an arm-censored ratio is a lower bound, so only 'more compute' can be concluded from it
-    (when even its interval is above 1); a reference-censored one is an upper bound ('less compute' only)."""
-    if ci.bound == "both censored":
-        return "not reached by either arm within the budget"
-    if ci.bound == "lower":
-        return ("more compute (a lower bound: some runs never reached the target)" if ci.excludes_one and ci.low > 1
-                else "no difference detected (a lower bound: some arm runs never reached the target)")
-    if ci.bound == "upper":
-        return ("less compute (an upper bound: some MLM runs never reached the target)"
-                if ci.excludes_one and ci.high < 1
-                else "no difference detected (an upper bound: some MLM runs never reached the target)")
-    if not ci.excludes_one:
-        return "no difference detected"
-    return "less compute" if ci.high < 1 else "more compute"
 
 
 # ------------------------------------------------------------------------------------------ curves
@@ -300,7 +273,7 @@ def compare_pretraining(arms: dict[str, ArmCurves], reference: str, fractions: S
     Returns ``{"range", "grid", "bands", "per_run", "arms", "targets", "comparisons"}``: per arm the final loss
     and the mean loss over the common range (t-intervals over seeds), per target the FLOPs to reach it per run
     and the ratio to the reference (paired by seed where both arms have the seed), and per non-reference arm
-    the paired and Welch differences of final and mean loss with verdicts.
+    the paired and Welch differences of final and mean loss.
     """
     all_curves = [c for arm in arms.values() for c in arm.curves]
     lo, hi = common_range(all_curves)
@@ -341,11 +314,11 @@ def compare_pretraining(arms: dict[str, ArmCurves], reference: str, fractions: S
             pd = paired([x[metric] for x in a], [y[metric] for y in r], level)
             wd = welch([x[metric] for x in per_seed[name].values()],
                        [y[metric] for y in per_seed[reference].values()], level)
-            comp[metric] = {"paired": pd.as_dict(), "welch": wd.as_dict(), "verdict": verdict(pd)}
+            comp[metric] = {"paired": pd.as_dict(), "welch": wd.as_dict()}
         for key in out["targets"]:
             ci = log_ratio_interval([x[f"flops_to_{key}"] for x in a], [y[f"flops_to_{key}"] for y in r],
                                     [x["budget"] for x in a], [y["budget"] for y in r], True, level)
-            comp[f"ratio_to_{key}"] = {**ci.as_dict(), "verdict": ratio_verdict(ci),
+            comp[f"ratio_to_{key}"] = {**ci.as_dict(),
                                        "not_reached": {"arm": sum(x[f"flops_to_{key}"] is None for x in a),
                                                        "reference": sum(y[f"flops_to_{key}"] is None for y in r)}}
         out["comparisons"][name] = comp
@@ -355,7 +328,7 @@ def compare_pretraining(arms: dict[str, ArmCurves], reference: str, fractions: S
 # ------------------------------------------------------------------------------------------ downstream
 def compare_scores(scores: dict[str, Sequence[float]], reference: str, level: float = LEVEL) -> dict[str, Any]:
     """Per row (arm or baseline) mean ± std and t-interval of fine-tuning seeds' scores; each other row's
-    difference to `reference` with Welch's interval and the seed-noise verdict."""
+    difference to `reference` with Welch's interval and p-value."""
     out: dict[str, Any] = {"rows": {}, "comparisons": {}}
     for name, values in scores.items():
         out["rows"][name] = t_interval(values, level).as_dict()
@@ -363,6 +336,5 @@ def compare_scores(scores: dict[str, Sequence[float]], reference: str, level: fl
         if name == reference or reference not in scores:
             continue
         ci = welch(values, scores[reference], level)
-        out["comparisons"][name] = {**ci.as_dict(), "verdict": verdict(ci),
-                                    "exceeds_seed_noise": ci.excludes_zero}
+        out["comparisons"][name] = ci.as_dict()
     return out

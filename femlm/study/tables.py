@@ -3,9 +3,11 @@ written by the one CSV writer, femlm.outputs.write_csv."""
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
 from typing import Any
 
-from femlm.study import stats as st
+from femlm.study.comparisons import majority_seeds
 
 CURVE_FIELDS = ("step", "train_flops", "eval_loss", "eval_accuracy", "sequences_seen", "rows_seen",
                 "masked_targets_seen")
@@ -39,9 +41,10 @@ def band_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def comparison_rows(pre: dict[str, Any], adjusted: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """pretrain_comparisons.csv: every arm, every comparison (FE against its control too), with the family,
-    the adjusted p and the reading of femlm.study.verdicts where the row is one of the study's comparisons
-    (``adjusted``: key -> Comparison; the Welch rows are shown beside the paired test, not tested)."""
+    """pretrain_comparisons.csv: every arm, every comparison (FE against its control too), with the family, the
+    adjusted p and the reading of femlm.study.verdicts where the row is one of the study's comparisons
+    (``adjusted``: key -> Comparison); the Welch rows are shown beside the paired test, not tested, and read by
+    nothing."""
     adjusted = adjusted or {}
     rows = []
     for mode, res in pre.items():
@@ -60,17 +63,15 @@ def comparison_rows(pre: dict[str, Any], adjusted: dict[str, Any] | None = None)
                     rows.append({**_adjusted(c), "mode": mode, "arm": arm,
                                  "quantity": f"{metric} difference to MLM ({how})",
                                  "estimate": m["estimate"], "low": m["low"], "high": m["high"], "n": m["n"],
-                                 "p": m["p"], "method": m["method"],
-                                 "verdict": comp[metric]["verdict"] if how == "paired" else st.verdict(
-                                     st.Interval(m["estimate"], m["low"] if m["low"] is not None else st.NAN,
-                                                 m["high"] if m["high"] is not None else st.NAN, m["n"]))})
+                                 "p": m["p"], "method": m["method"]})
             for key in res["targets"]:
                 m = comp[f"ratio_to_{key}"]
                 cut = bool(m["bound"])  # a censored ratio is a bound: no interval and no p-value (issue 27)
-                rows.append({**_adjusted(adjusted.get(f"compute_ratio/{mode}/{arm}/{key}")), "mode": mode, "arm": arm, "quantity": f"compute to target {key} / MLM's",
+                rows.append({**_adjusted(adjusted.get(f"compute_ratio/{mode}/{arm}/{key}")), "mode": mode, "arm": arm,
+                             "quantity": f"compute to target {key} / MLM's",
                              "estimate": m["estimate"], "low": None if cut else m["low"],
                              "high": None if cut else m["high"], "n": m["n"], "p": None if cut else m["p"],
-                             "method": m["method"], "verdict": m["verdict"], "bound": m["bound"],
+                             "method": m["method"], "bound": m["bound"],
                              "not_reached_arm": m["not_reached"]["arm"],
                              "not_reached_mlm": m["not_reached"]["reference"]})
         vs = res.get("fe_vs_control")
@@ -78,16 +79,17 @@ def comparison_rows(pre: dict[str, Any], adjusted: dict[str, Any] | None = None)
             m = vs[metric]
             rows.append({**_adjusted(adjusted.get(f"fe_vs_control/{mode}/{metric}")), "mode": mode, "arm": vs["fe"],
                          "quantity": f"{metric} difference to {vs['control']} (paired)", "estimate": m["estimate"],
-                         "low": m["low"], "high": m["high"], "n": m["n"], "p": m["p"], "method": m["method"],
-                         "verdict": m["verdict"]})
+                         "low": m["low"], "high": m["high"], "n": m["n"], "p": m["p"], "method": m["method"]})
     return rows
 
 
 def _adjusted(c: Any) -> dict[str, Any]:
     """The columns every row has first: its family, adjusted p and reading (empty: not one of the tests)."""
+    from femlm.study.verdicts import says
+
     if c is None:
         return {"family": "", "p_adjusted": None, "reading": ""}
-    return {"family": c.family, "p_adjusted": c.p_adjusted, "reading": c.reading}
+    return {"family": c.family, "p_adjusted": c.p_adjusted, "reading": says(c)}
 
 
 def run_rows(pre: dict[str, Any]) -> list[dict[str, Any]]:
@@ -104,10 +106,30 @@ def downstream_rows(down: dict[str, Any]) -> tuple[list[dict[str, Any]], list[di
             s = d["summary"][row]
             c = d["vs_mlm"].get(row, {})
             b = d["vs_no_continual"].get(row, {})
+            collapsed = majority_seeds(vals, d["majority"])
             summary.append({"task": task, "row": row, "metric": d["metric"], "mean": s["estimate"], "std": s["std"],
                             "low": s["low"], "high": s["high"], "n": s["n"], "majority": d["majority"],
                             "diff_to_mlm": c.get("estimate"), "diff_low": c.get("low"), "diff_high": c.get("high"),
-                            "welch_p": c.get("p"), "exceeds_seed_noise": c.get("exceeds_seed_noise"),
-                            "diff_to_no_continual": b.get("estimate"), "diff_nc_low": b.get("low"),
-                            "diff_nc_high": b.get("high"), "exceeds_seed_noise_vs_no_continual": b.get("exceeds_seed_noise")})
+                            "welch_p": c.get("p"), "diff_to_no_continual": b.get("estimate"),
+                            "diff_nc_low": b.get("low"), "diff_nc_high": b.get("high"),
+                            "seeds_at_majority": collapsed})
     return per_seed, summary
+
+
+def csv_table(path: Path) -> list[dict[str, Any]]:
+    """A CSV of the analysis with its ``<name>_ci_low`` / ``<name>_ci_high`` pairs as ``<name>_ci`` lists."""
+    out = []
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            v: dict[str, Any] = {k: _number(x) for k, x in r.items()}
+            for k in [k for k in v if k.endswith(("_ci_low", "_ci_seq_low"))]:
+                v[k[:-4]] = [v.pop(k), v.pop(k[:-4] + "_high")]
+            out.append(v)
+    return out
+
+
+def _number(x: str) -> Any:
+    try:
+        return int(x) if x.lstrip("-").isdigit() else float(x)
+    except ValueError:
+        return x

@@ -1,4 +1,5 @@
-"""Labels and number formatting shared by the study's tables, sections and figures."""
+"""Labels and number formatting shared by the study's tables, sections and figures (an arm's label and role:
+femlm.study.arms, from its masking YAML)."""
 
 from __future__ import annotations
 
@@ -9,45 +10,7 @@ import numpy as np
 
 from femlm.study import stats as st
 
-ARM_LABEL = {"mlm_subword": "MLM", "fe_subword": "FE-MLM (K copies in one step)",
-             "iid_subword": "i.i.d. K-mask control (K independent copies)",
-             "fe_passes_subword": "FE across passes (one copy per visit)",
-             "no_continual": "no continual pre-training", "warmup_only": "warm-up only"}
-
-# What a paired comparison of an FE arm with its control isolates (pretrain.fe_arm, pretrain.control). Only a
-# description: which arm did better is the comparison's reading (femlm.study.verdicts), and each arm's K, rows and
-# sequences come from the runs (`reads`).
-CONTRAST = {
-    ("fe_subword", "iid_subword"): "the same K copies and compute, only the non-overlap differs",
-    ("fe_passes_subword", "fe_subword"): ("the same rows per step, steps and data order; one masked copy of each "
-                                          "sequence per visit against K copies of K times fewer sequences"),
-}
-
-
-def contrast(fe: str, control: str, reads: dict[str, Any] | None = None) -> str:
-    """``fe`` against ``control``: what the pair isolates and what each arm read (K, rows, sequences per run)."""
-    what = CONTRAST.get((fe, control), "paired by seed")
-    return f"{label(fe)}{arm_reads(fe, reads)} vs {label(control)}{arm_reads(control, reads)}: {what}"
-
-
-def arm_reads(arm: str, reads: dict[str, Any] | None) -> str:
-    """" (K=6, 6,336 rows, 6,336 sequences read per run)" from the runs' record, or "" when the study lacks it."""
-    r = (reads or {}).get(arm)
-    if not r:
-        return ""
-    return f" (K={r.get('K', '?')}, {fmt(r.get('rows'))} rows, {fmt(r.get('sequences'))} sequences read per run)"
-
-
-def is_fe_arm(arm: str) -> bool:
-    """An arm FE-MLM's claims are about (fully-explored masking, in one step or across passes), not a control."""
-    return arm.startswith("fe_")
-
-
 MODE_LABEL = {"same_rows": "same rows per step", "same_sequences": "same sequences per step"}
-
-
-def label(name: str) -> str:
-    return ARM_LABEL.get(name, name)
 
 
 def fmt(x: Any, digits: int = 3) -> str:

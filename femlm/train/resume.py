@@ -22,8 +22,9 @@ from femlm.train.config import PRETRAIN_SECTIONS
 
 CONFIG_FILE = "pretrain_config.json"
 # "experiment": runs saved before issue 30 recorded the experiment plan in their config; it never changed results.
+# "masking.label": how tables name the arm (issue 47), display only.
 MAY_CHANGE = ("runtime", "logger", "download", "dry_run", "resume", "trainer.max_steps", "trainer.max_passes",
-              "experiment")
+              "experiment", "masking.label")
 # Keys added to the schema after runs were saved, with the value that means what those runs did: a run saved
 # without them resumes when they hold that value.
 ADDED_LATER = {"masking.ratio_schedule": "constant", "masking.ratio_final": None}

@@ -1,0 +1,54 @@
+"""What a study's arm is, read from its one home: its masking YAML (femlm/conf/masking/<arm>.yaml).
+
+* ``label(arm)``: how tables and figures name it (the YAML's ``label``; its name when it has none);
+* ``role(arm)``: ``fe``, ``mlm`` or ``control``, from its ``strategy`` (`femlm.masking.config.ROLES`), never from
+  its name: an FE arm called anything is read as FE, a control called ``fe_*`` is not.
+
+The study's *reference* arm (the MLM baseline every arm is compared with) is the plan's ``pretrain.reference``, not
+a role: only a comparison of an ``fe`` arm with the reference may read *favours FE* / *against FE*
+(femlm.study.verdicts). The rows a study fine-tunes that are not masking arms (the encoder as released, the
+warm-up alone) are named by ``ROWS``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import yaml
+
+from femlm.masking.config import MaskingConfig
+
+# Rows of a study's tables and figures that are no masking arm.
+ROWS = {"no_continual": "no continual pre-training", "warmup_only": "warm-up only", "warmup": "warm-up",
+        "head_warmup": "head warm-up"}
+
+
+@cache
+def masking(arm: str) -> MaskingConfig | None:
+    """The arm's masking config as its YAML writes it (None: no such YAML, e.g. a baseline row)."""
+    from femlm import CONF_DIR
+
+    path = CONF_DIR / "masking" / f"{arm}.yaml"
+    if not path.is_file():
+        return None
+    data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    return MaskingConfig.from_dict(data)
+
+
+def label(arm: str) -> str:
+    """How tables and figures name ``arm``: its YAML's label, a baseline row's name, else the name itself."""
+    cfg = masking(arm)
+    if cfg is not None:
+        return cfg.label or cfg.name
+    return ROWS.get(arm, arm)
+
+
+def role(arm: str) -> str:
+    """``fe`` / ``mlm`` / ``control`` from the arm's strategy; ``other`` for a row that is no masking arm."""
+    cfg = masking(arm)
+    return cfg.role if cfg is not None else "other"
+
+
+def is_fe(arm: str) -> bool:
+    return role(arm) == "fe"

@@ -2,7 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build on this kind of machine; on a GPU box set TORCH_SPEC to the build you want (or "torch").
+# What `pip install` gets for torch (pip arguments, unquoted). The default is what CI installs: on this workplace's
+# machines pip takes it from a CPU wheel on local disk, but on an ordinary Linux machine PyPI's torch==2.13.0 is the
+# CUDA build (gigabytes of nvidia-* wheels). A CPU-only machine sets
+#   TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+# (PyTorch's CPU wheel index); a GPU box sets the CUDA build it wants (or "torch").
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.femlm-installed
 # The data mirror beside the clone, when there is one (an absent mirror must not be named: tests then skip).
@@ -23,7 +27,7 @@ help: ## List the targets and what each does
 # TORCH_SPEC), then femlm itself without resolving anything more.
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
@@ -55,8 +59,8 @@ test: $(STAMP) ## The test suite but the tests marked slow (2 workers; PYTEST_WO
 test-all: $(STAMP) ## Every test, the slow ones too
 	$(BIN)/pytest -q $(PYTEST_XDIST) --durations=15
 
-lint: $(STAMP) ## ruff on femlm, tests, benchmarks and examples
-	$(BIN)/ruff check femlm tests benchmarks examples
+lint: $(STAMP) ## ruff on the whole tree (pyproject.toml's [tool.ruff] says what it skips); CI runs it before the tests
+	$(BIN)/ruff check .
 
 bench: $(STAMP) ## The masking, data, precision and training benchmarks (print their figures)
 	$(BIN)/python benchmarks/bench_masking.py

@@ -1,5 +1,5 @@
-"""Micro-benchmark: masking throughput per strategy vs HF DataCollatorForLanguageModeling, and masking time
-as a share of a tiny BERT training step.
+"""Micro-benchmark: masking throughput per strategy vs HF DataCollatorForLanguageModeling, FE across passes as
+the trainer builds it, and masking time as a share of a tiny BERT training step.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_masking.py [--sequences 256 --length 128 --threads 1] [--smoke]
 
@@ -7,6 +7,12 @@ All collators see the same pre-tokenised 128-token blocks (wikitext-2 valid spli
 is present, random ids otherwise). Throughput counts *input* sequences per second; K-copy strategies emit K
 rows per sequence, so their rows/s is K times larger. Timings are medians over ``--repeats`` calls after a
 warm-up call; the default single torch thread mimics a DataLoader worker and keeps the shared cores free.
+
+FE across passes (``fe_passes_*``) masks by sequence key and visit, not through the collator: its table times
+what ``PretrainCore.batch`` runs, ``mask_visits`` on the ``[sequences, length]`` block tensor (keys 0..B-1, visits
+spread over four cycles), against ``mlm_subword``'s masker (the exact-count MLM arm) on the same tensor, median
+of ``--builds`` builds; beside it the per-row code it replaced (issue 46; tests/helpers/passes_reference.py), and
+whether the two built the same masks bit for bit.
 """
 
 from __future__ import annotations
@@ -21,7 +27,11 @@ from typing import Any
 import torch
 from _common import ROOT, config  # noqa: I001 (puts the repository on sys.path)
 
-from femlm.masking import MaskingCollator, MaskingConfig, sequences_per_batch
+from femlm.masking import MaskingCollator, MaskingConfig, make_generator, sequences_per_batch
+from femlm.masking.collator import masker_for_tokenizer
+from femlm.masking.passes import mask_visits
+from femlm.runs import cpu_model
+from helpers.passes_reference import mask_visits_per_row
 
 MIRROR = ROOT.parent / "shared" / "data"
 BERT_DIR = MIRROR / "tokenizers" / "bert-base-uncased"
@@ -29,6 +39,7 @@ WIKI = MIRROR / "corpus" / "wikitext-2" / "wiki.valid.tokens"
 CONFIGS = [
     "mlm_bernoulli", "mlm_subword", "fe_subword", "iid_subword", "mlm_wwm", "mlm_span", "fe_span", "iid_span",
 ]  # fmt: skip
+PASSES_ARMS = ["fe_passes_subword", "fe_passes_word", "fe_passes_span"]
 
 
 def load_tokenizer() -> Any:
@@ -88,6 +99,31 @@ def ours(tok: Any, name: str) -> tuple[MaskingConfig, MaskingCollator]:
     return cfg, MaskingCollator.from_tokenizer(cfg, tok, seed=0)
 
 
+def passes_table(tok: Any, feats: list[dict[str, list[int]]], builds: int, reference: bool) -> None:
+    """FE across passes as the trainer builds it, against mlm_subword's masker on the same block tensor."""
+    ids = torch.tensor([f["input_ids"] for f in feats])
+    rows = ids.shape[0]
+    mlm, _ = masker_for_tokenizer(ours(tok, "mlm_subword")[0], tok)
+    base = median_time(lambda: mlm(ids, None, make_generator(0, 1)), builds)
+    print(f"\nFE across passes as the trainer builds it ({rows}x{ids.shape[1]} block tensor, median of {builds} "
+          f"builds, {cpu_model()}, torch threads={torch.get_num_threads()})")
+    print(f"{'masks':<36} {'ms/batch':>9} {'vs mlm_subword':>15} {'per-row code':>13} {'speed-up':>9} {'same bits':>9}")
+    print(f"{'mlm_subword (masker)':<36} {base * 1e3:>9.2f} {1.0:>14.2f}x")
+    keys = torch.arange(rows)
+    for name in PASSES_ARMS:
+        cfg = ours(tok, name)[0]
+        masker, _ = masker_for_tokenizer(cfg, tok)
+        visits = torch.arange(rows) % (4 * cfg.num_masks)  # every slot of four cycles
+        sec = median_time(lambda m=masker, v=visits: mask_visits(m, ids, keys, v, 0), builds)
+        line = f"{name:<36} {sec * 1e3:>9.2f} {sec / base:>14.2f}x"
+        if reference:
+            before = median_time(lambda m=masker, v=visits: mask_visits_per_row(m, ids, keys, v, 0), builds)
+            got, want = mask_visits(masker, ids, keys, visits, 0), mask_visits_per_row(masker, ids, keys, visits, 0)
+            same = all(torch.equal(got[k], want[k]) for k in want)
+            line += f" {before * 1e3:>10.2f} ms {before / sec:>8.1f}x {'yes' if same else 'NO':>9}"
+        print(line)
+
+
 def step_time(tok: Any, rows: int, length: int, repeats: int) -> float:
     """Median seconds of one AdamW step of a 4-layer, hidden-256 BERT MLM on ``rows x length`` tokens."""
     from transformers import BertConfig, BertForMaskedLM
@@ -122,16 +158,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--step-batch", type=int, default=32)
     ap.add_argument("--step-repeats", type=int, default=3)
+    ap.add_argument("--builds", type=int, default=20, help="builds per FE-across-passes median")
+    ap.add_argument("--no-reference", action="store_true", help="skip timing the per-row passes code")
     ap.add_argument("--no-model", action="store_true", help="skip the training-step comparison")
     ap.add_argument("--smoke", action="store_true", help="16 short sequences, one repeat: checks it runs")
     args = ap.parse_args()
     if args.smoke:
         args.sequences, args.length, args.repeats, args.step_batch, args.step_repeats = 16, 32, 1, 4, 1
+        args.builds = 1
     torch.set_num_threads(args.threads)
     tok = load_tokenizer()
     feats = make_features(tok, args.sequences, args.length)
     print(f"tokenizer vocab={len(tok)}  data={'wikitext-2' if WIKI.exists() else 'random ids'}  "
-          f"batch={args.sequences}x{args.length}  torch threads={args.threads}")  # fmt: skip
+          f"batch={args.sequences}x{args.length}  torch threads={args.threads}  CPU: {cpu_model()}")  # fmt: skip
 
     results: list[tuple[str, int, float]] = []
     hf = hf_collator(tok)
@@ -149,6 +188,7 @@ def main() -> None:
     for name, k, sec in results:
         rate = args.sequences / sec
         print(f"{name:<36} {k:>2} {sec * 1e3:>9.2f} {rate:>10.0f} {rate * k:>10.0f} {rate / hf_rate:>6.2f}x")
+    passes_table(tok, feats, args.builds, not args.no_reference)
 
     if args.no_model:
         return

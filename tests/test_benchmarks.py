@@ -22,7 +22,8 @@ EXPECTED = {
     "bench_compile.py": (r"step s eager=\S+ compiled=\S+ ratio=", False),
     "bench_corpus.py": (r"femlm / run_mlm.py tokens/s: .*\n(.*\n)*RSS big - small: ", True),
     "bench_data.py": (r"speed-up cold vs run_mlm.py-style: ", True),
-    "bench_masking.py": (r"fe_subword +4 .*\n(.*\n)*tiny BERT .* AdamW step", False),
+    "bench_masking.py": (r"fe_subword +4 .*\n(.*\n)*FE across passes as the trainer builds it .*\n(.*\n)*"
+                         r"fe_passes_span +\S+ +\S+x +\S+ ms +\S+x +yes\n(.*\n)*tiny BERT .* AdamW step", False),
     "bench_memory.py": (r"memory flat: (yes|no)", False),
     "bench_precision.py": (r"\[smoke b=4 L=32\] step s fp32=\S+ bf16=\S+ speed-up=", False),
     "bench_save.py": (r"step s: median .*\n(.*\n)*signal_delay_s >= \d+ \(step \S+ s \+ milestone save ", False),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -19,8 +20,8 @@ from torch._dynamo.utils import counters
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from femlm.masking import MaskingConfig, build_masker
-from femlm.train.batches import label_bound, prepare, split_positions
-from femlm.train.core import NonFiniteLoss
+from femlm.train.batches import Shape, prepare, split_label_chunks
+from femlm.train.core import NonFiniteLoss, eval_shape
 from femlm.train.evaluation import EVAL_MASKING, EvalSet
 from femlm.train.positions import LabelPositions
 from helpers.tiny import synthetic_blocks, tiny_core
@@ -62,28 +63,28 @@ def eval_set(core) -> EvalSet:
 
 
 @pytest.mark.parametrize("arm", list(ARMS))
-def test_every_arm_fits_its_bound_in_one_pass(arm: str) -> None:
+def test_every_arm_fits_its_bound_in_one_chunk(arm: str) -> None:
     core = tiny_core(masking=ARMS[arm], word_starts=WORD_STARTS, compile=False)
-    shape = label_bound(core.masker.cfg, core.micro_rows, 32, core.masker.num_copies)
+    shape = core.masker.label_bound(core.micro_rows, 32, core.blocks)
     for step in range(1, 41):
         labels = core.batch(step)["labels"]
-        (at,) = split_positions(labels, shape)  # one pass: the one graph of the run
+        (at,) = split_label_chunks(labels, shape)  # one chunk: the one graph of the run
         assert at.rows.numel() == shape.size and at.width == shape.width
         assert (at.targets != -100).sum() == (labels != -100).sum()
     if arm in ("mlm-exact", "fe-k4", "fe-passes"):  # exact counts: the bound is the count itself
         assert shape.size == (core.batch(1)["labels"] != -100).sum(1).max() * core.micro_rows
 
 
-def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same_loss() -> None:
+def test_a_batch_beyond_the_bound_runs_in_label_chunks_of_the_same_shape_with_the_same_loss() -> None:
     core = tiny_core(masking=BERNOULLI)
-    shape = label_bound(core.masker.cfg, 8, 32)
+    shape = core.masker.label_bound(8, 32)
     rows = everything_masked(core.batch(1))
-    passes = split_positions(rows["labels"], shape)
-    assert len(passes) > 1 and {(p.rows.numel(), p.width) for p in passes} == {(shape.size, shape.width)}
+    chunks = split_label_chunks(rows["labels"], shape)
+    assert len(chunks) > 1 and {(p.rows.numel(), p.width) for p in chunks} == {(shape.size, shape.width)}
     whole = LabelPositions.from_labels(rows["labels"])
     loss, count, _ = core.objective(rows["input_ids"], None, whole)
     grads = torch.autograd.grad(loss, core.params)
-    parts = [core.objective(rows["input_ids"], None, at) for at in passes]
+    parts = [core.objective(rows["input_ids"], None, at) for at in chunks]
     assert sum(int(c) for _, c, _ in parts) == int(count) == 8 * 32
     split_loss = sum(s for s, _, _ in parts)
     torch.testing.assert_close(split_loss, loss, rtol=1e-6, atol=1e-5)
@@ -94,13 +95,13 @@ def test_a_batch_beyond_the_bound_runs_in_passes_of_the_same_shape_with_the_same
 def test_a_ragged_last_micro_batch_is_padded_to_the_same_shape_and_adds_nothing() -> None:
     core = tiny_core(masking=BERNOULLI)
     rows = core.batch(1)
-    shape = label_bound(core.masker.cfg, 5, 32)
-    passes = prepare(rows["labels"], rows["input_ids"], 5, shape, torch.device("cpu")).passes
-    assert [(ids.shape, at.rows.numel(), at.width) for ids, at in passes] == [((5, 32), shape.size, shape.width)] * 2
-    assert not passes[1][0][3:].any() and passes[1][1].rows.max() < 3  # padding rows: no label points at them
+    shape = core.masker.label_bound(5, 32)
+    chunks = prepare(rows["labels"], rows["input_ids"], 5, shape, torch.device("cpu")).chunks
+    assert [(ids.shape, at.rows.numel(), at.width) for ids, at in chunks] == [((5, 32), shape.size, shape.width)] * 2
+    assert not chunks[1][0][3:].any() and chunks[1][1].rows.max() < 3  # padding rows: no label points at them
     with torch.no_grad():
         whole, count, _ = core.objective(rows["input_ids"], None, rows["labels"])
-        parts = [core.objective(ids, None, at) for ids, at in passes]
+        parts = [core.objective(ids, None, at) for ids, at in chunks]
     assert sum(int(c) for _, c, _ in parts) == int(count)
     torch.testing.assert_close(sum(s for s, _, _ in parts), whole, rtol=1e-6, atol=1e-5)
 
@@ -113,13 +114,14 @@ def test_a_compiled_run_of_200_steps_has_one_training_and_one_evaluation_graph(
     core.batch = lambda step, redraw=None: everything_masked(batch(step)) if step == 100 else batch(step, redraw)
     core.read_at = lambda step: step % 50 == 0
     for step in range(1, 201):
-        if step == 100:  # the overflowing batch, in passes: the loss of the eager objective at today's weights
+        if step == 100:  # the overflowing batch, in label chunks: the loss of the eager objective at today's weights
             rows = core.batch(100)
             with torch.no_grad():
                 expected = core.objective(rows["input_ids"], None, rows["labels"])[0] / rows["labels"].numel()
-            assert core.step(step).loss == pytest.approx(float(expected), rel=1e-5)
+            stats = core.step(step)
+            assert stats.loss == pytest.approx(float(expected), rel=1e-5) and stats.label_chunks > 1
         else:
-            core.step(step)
+            assert core.step(step).label_chunks == 1
     assert counters["stats"]["unique_graphs"] == 1  # the training step: all 200, the overflowing one included
     data = eval_set(core)
     first = core.evaluate(data, batch_rows=8)  # batches of 8, 8 and a ragged 4, padded
@@ -139,6 +141,16 @@ class ScalarReads(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default:
             self.count += 1
         return func(*args, **(kwargs or {}))
+
+
+def test_an_empty_evaluation_shard_has_a_shape_and_scores_nothing(fresh_dynamo, monkeypatch) -> None:
+    """A rank whose held-out shard is empty (fewer held-out rows than ranks) under compile (issue 46, item 6)."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    core = tiny_core(compile=True)
+    empty = torch.empty(0, 32, dtype=torch.long)
+    assert eval_shape(empty, 8) == Shape(8, 1, 1)
+    assert core.evaluate(EvalSet(empty, empty.clone())) == (0.0, 0.0)
+    core.close()
 
 
 def test_steps_that_do_not_log_read_no_device_value_while_the_producer_builds_the_next_batch() -> None:
@@ -209,6 +221,32 @@ def test_the_next_batch_is_built_while_the_current_step_runs() -> None:
     assert order.index("build 3 ends") < order.index("step 3 runs")
 
 
+def test_an_fe_across_passes_build_never_keeps_a_33_ms_step_waiting() -> None:
+    """Issue 46: at the GPU study's shape (256 x 128, FE across passes, K = floor(1 / 0.15)) the producer builds
+    step s+1 -- masks, label chunks, padding -- while a 33 ms stub of step s runs (the study model's eager step on
+    an H200), so `take` never waits. By ordering, not by time: every build of step s+1 has ended before step s
+    ends. (The per-row masks this replaced took longer than the step: their builds ended after it.)"""
+    passes = MaskingConfig(name="fe_passes_subword", strategy="fully_explored_passes", num_masks=None)
+    core = tiny_core(masking=passes, blocks=2048, length=128, batch_size=256, compile=True)
+    order, build = [], core.producer.build
+
+    def recorded(step: int):
+        prepared = build(step)
+        order.append(f"build {step} ends")
+        return prepared
+
+    core.producer.build = recorded
+    for step in range(1, 13):
+        prepared = core.producer.take(step, step + 1)
+        order.append(f"step {step} runs")
+        time.sleep(0.033)  # the stub step (it releases the GIL, as a step waiting on its device does)
+        order.append(f"step {step} ends")
+    core.close()
+    assert [tuple(ids.shape) for ids, _ in prepared.chunks] == [(256, 128)] and core.masker.cfg.num_masks == 6
+    late = [s for s in range(2, 14) if order.index(f"build {s} ends") > order.index(f"step {s - 1} ends")]
+    assert not late, f"take waited for the builds of steps {late}"
+
+
 def test_the_producer_uses_no_global_random_state() -> None:
     core = tiny_core(masking=ARMS["span"], word_starts=WORD_STARTS)
     torch_state, numpy_state = torch.random.get_rng_state(), np.random.get_state()
@@ -217,7 +255,7 @@ def test_the_producer_uses_no_global_random_state() -> None:
     assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state, strict=True))
     again = core._prepare_step(3)
     assert all(torch.equal(a[0], b[0]) and all(torch.equal(x, y) for x, y in zip(a[1][:4], b[1][:4], strict=True))
-               for a, b in zip(first.passes, again.passes, strict=True))
+               for a, b in zip(first.chunks, again.chunks, strict=True))
 
 
 @pytest.mark.slow  # inductor builds C++ kernels: about a minute per graph on 2 cores

@@ -65,7 +65,7 @@ def test_train_and_eval_steps_have_no_graph_break(model_type: str, sparse: bool)
     rows["attention_mask"][0, 24:] = 0
     rows["labels"][0, 24:] = -100
     for with_accuracy in (False, True):  # the training step's forward, the evaluation step's
-        explained = torch._dynamo.explain(core.objective)(*core._to_device(rows, 0, 8), with_accuracy=with_accuracy)
+        explained = torch._dynamo.explain(core.objective)(*core.probe_inputs(rows, 0, 8), with_accuracy=with_accuracy)
         assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
         assert explained.graph_count == 1
 

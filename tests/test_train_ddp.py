@@ -62,7 +62,7 @@ def _worker(rank: int, init_file: str, out_dir: str, port: int) -> None:
         half = rows["labels"].shape[0] // WORLD
         mine = {k: v[rank * half:(rank + 1) * half] for k, v in rows.items()}
         core = core_for(DistInfo(rank=rank, world_size=WORLD), micro=2)
-        loss_sum, count = core.backward(mine)
+        loss_sum, count = core.backward(core._prepare(mine))
         dist.all_reduce(loss_sum)
         grads = {n: p.grad.clone() for n, p in core.objective.model.named_parameters() if p.grad is not None}
         if rank == 0:
@@ -105,7 +105,7 @@ def test_two_process_gloo_ddp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path), free_port()), nprocs=WORLD, join=True)
 
     single = core_for(DistInfo(), micro=None)
-    loss_sum, count = single.backward(global_batch())
+    loss_sum, count = single.backward(single._prepare(global_batch()))
     ddp = torch.load(tmp_path / "ddp.pt")
     assert ddp["loss"] == pytest.approx(loss_sum.item() / count.item(), abs=1e-6)
     for name, param in single.objective.model.named_parameters():

@@ -190,6 +190,7 @@ def test_fe_masking_accumulation_and_variance_probe(tmp_path: Path, monkeypatch:
     train = [r for r in records if "loss" in r]
     # equal compute: 8 rows = 2 sequences x K=4 disjoint copies, 15% of 30 maskable tokens each (tau = 5)
     assert [r["rows"] for r in train] == [8, 8] and [r["masked_tokens"] for r in train] == [40, 40]
+    assert [r["label_chunks"] for r in train] == [2, 2]  # two micro-batches of 4 rows a step, one chunk each
     probes = [r for r in records if "probe_grad_var" in r]
     assert len(probes) == 2 and all(r["probe_grad_var"] > 0 and r["probe_remasks"] == 4 for r in probes)
     assert probes[0]["probe_params"] < sum(p.numel() for p in AutoModelForMaskedLM.from_pretrained(

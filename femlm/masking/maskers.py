@@ -8,10 +8,12 @@ of a sequence are adjacent and a batch can be split into micro-batches without s
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
+from .bounds import Shape, WordLengths, label_bound
 from .config import PASSES, MaskingConfig, MaskingError
 from .sampling import (
     mask_budget,
@@ -138,6 +140,15 @@ class Masker:
     @property
     def num_copies(self) -> int:
         return self.cfg.num_copies
+
+    def label_bound(self, rows: int, length: int, sample: Any = None) -> Shape:
+        """The fixed shape of micro-batches of ``rows`` model rows of ``length`` tokens under this masker's law
+        (:mod:`femlm.masking.bounds`); word-level laws measure their words on ``sample``, token blocks the masker
+        will see (without it, or without a word-start table: one token per word)."""
+        words = None
+        if self.cfg.granularity != "subword" and sample is not None:
+            words = WordLengths.measure(self, sample)
+        return label_bound(self.cfg, rows, length, self.num_copies, words)
 
     # ------------------------------------------------------------------ pieces (public for tests/analysis)
     def valid_mask(

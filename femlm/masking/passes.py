@@ -33,6 +33,13 @@ sampler for spans) with K copies per cycle, copy ``k`` at visit ``k``; each visi
 Ratio schedules (sub-words only; whole words and spans are refused by ``MaskingConfig.validate``): the slots are
 fixed per cycle, ``tau`` follows the schedule at the step of the visit, so visit ``k`` masks the ``tau_k``
 lowest ranks of slot ``k``: disjoint within a cycle whenever ``K * tau <= n`` at every step (checked).
+
+Speed (issue 46). :func:`mask_visits` works on the whole batch: budgets, the random orders' ranks, the selection
+and the 80/10/10 replacement are batch tensor operations. Only what the mask law ties to a row stays per row:
+its two generators (seeded from ``(seed, key, cycle)`` and ``(seed, key, visit)``, the seeds mixed for all rows at
+once) and their draws, in the shapes and order of the per-row code it replaced, so the masks are bit for bit
+those of that code (kept as the reference in tests/helpers/passes_reference.py). Spans are segmented and dealt
+for the whole batch, each row drawing from its own numpy stream; whole words walk row by row (FE's walk).
 """
 
 from __future__ import annotations
@@ -41,12 +48,14 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .config import PASSES, MaskingError
-from .maskers import apply_replacement
-from .sampling import make_generator, mask_budget, random_ranks, select_word_level
-from .spans import select_spans
+from .maskers import IGNORE_INDEX, span_starts
+from .sampling import mask_budget, mix_seeds, numpy_rng
+from .spans import batch_words, draw_rows
+from .wholeword import sample_whole_words
 from .words import word_ids_from_starts
 
 # micro_step streams of make_generator(seed, key, cycle-or-visit, stream): partitions, and replacement draws
@@ -60,21 +69,30 @@ def sequence_key(token_ids: Sequence[int] | torch.Tensor) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def visit_budget(masker: Any, n_row: int, ratio: float | None = None) -> tuple[int, bool]:
-    """``(tau, short)`` of a row of ``n_row`` maskable tokens: MLM's exact count; ``K * tau > n`` is refused in one
-    line naming ``masking.num_masks`` unless the masker has ``allow_short_rows`` (the module doc's short rows)."""
-    k_all = int(masker.cfg.num_masks)
-    tau_row = int(mask_budget(torch.tensor([n_row]), masker.resolve_ratio(ratio))[0])  # MLM's exact count: no cap
+def visit_budgets(masker: Any, n_valid: torch.Tensor, ratio: float | None = None,
+                  visits: torch.Tensor | None = None) -> torch.Tensor:
+    """``tau`` per row of ``n_valid`` maskable tokens: MLM's exact count. The first row with a negative
+    visit, or with ``K * tau > n`` without the masker's ``allow_short_rows``, is refused in one line (naming
+    ``masking.num_masks`` for the budget); with it, FE mode's rule for short rows (module doc)."""
+    k_all, resolved = int(masker.cfg.num_masks), masker.resolve_ratio(ratio)
+    tau = mask_budget(n_valid, resolved)  # MLM's exact count: no cap
+    bad_budget = torch.zeros_like(n_valid, dtype=torch.bool) if masker.allow_short_rows else k_all * tau > n_valid
+    bad_visit = torch.zeros_like(bad_budget) if visits is None else visits < 0
+    bad = (bad_budget | bad_visit).nonzero().flatten()
+    if bad.numel():
+        row = int(bad[0])
+        if bad_visit[row]:
+            raise MaskingError(f"visit={int(visits[row])} is invalid; allowed: 0, 1, 2, ... (the pass in which the "
+                               "row is read)")
+        n_row, tau_row = int(n_valid[row]), int(tau[row])
+        raise MaskingError(
+            f"masking.num_masks={k_all} is invalid for a row of {n_row} maskable tokens: {k_all} disjoint masks "
+            f"of tau={tau_row} need {k_all * tau_row}; allowed: num_masks <= {n_row // max(tau_row, 1)} at "
+            f"masking.ratio={resolved} (or longer rows)"
+        )
     if not masker.allow_short_rows:
-        if k_all * tau_row > n_row:
-            raise MaskingError(
-                f"masking.num_masks={k_all} is invalid for a row of {n_row} maskable tokens: {k_all} disjoint masks "
-                f"of tau={tau_row} need {k_all * tau_row}; allowed: num_masks <= {n_row // max(tau_row, 1)} at "
-                f"masking.ratio={masker.resolve_ratio(ratio)} (or longer rows)"
-            )
-        return tau_row, False
-    tau_row = min(tau_row, n_row // k_all) if n_row >= k_all else min(1, n_row)  # FE mode's rule
-    return tau_row, n_row < k_all
+        return tau
+    return torch.where(n_valid < k_all, n_valid.clamp(max=1), torch.minimum(tau, n_valid // k_all))
 
 
 def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, visit: int,
@@ -86,32 +104,13 @@ def visit_selection(masker: Any, input_ids: torch.Tensor, seed: int, key: int, v
     ``valid`` (default: the masker's rule: not special, attended) and ``word_ids`` (default: from the masker's
     word-start table) may be given when the caller has them; ``ratio``: a schedule's value at this visit's step.
     """
-    cfg = masker.cfg
-    if cfg.strategy != PASSES:
-        raise MaskingError(f"visit_selection needs masking.strategy={PASSES!r}, got {cfg.strategy!r}")
-    if visit < 0:
-        raise MaskingError(f"visit={visit} is invalid; allowed: 0, 1, 2, ... (the pass in which the row is read)")
+    _check_strategy(masker)
     ids = input_ids.reshape(1, -1).long()
     valid = masker.valid_mask(ids) if valid is None else valid.reshape(1, -1).bool()
-    k_all = int(cfg.num_masks)
-    n_row = int(valid.sum())
-    tau_row, _ = visit_budget(masker, n_row, ratio)
-    tau = torch.tensor([tau_row])
-    cycle, k = divmod(int(visit), k_all)
-    gen = make_generator(seed, key, cycle, STREAM_CYCLE)
-    if cfg.granularity == "subword":
-        width = max(1, n_row // k_all)  # >= 1: a short row (n < K) masks rank k at visit k < n
-        ranks = random_ranks(valid, gen)[0]
-        return (ranks >= k * width) & (ranks < k * width + tau_row) & valid[0]
-    if word_ids is None:
-        word_ids = word_ids_from_starts(ids, masker.word_starts, ~valid)
-    word_ids = word_ids.reshape(1, -1)
-    if cfg.granularity == "span":
-        sel = select_spans(word_ids, valid, tau, k_all, "fully_explored", masker.span_law, gen)
-    else:
-        sel = select_word_level(word_ids, valid, tau, k_all, "fully_explored", masker.span_lengths,
-                                masker.span_pmf, gen)
-    return sel[0, k]
+    visits = torch.tensor([int(visit)])
+    tau = visit_budgets(masker, valid.sum(dim=1).cpu(), ratio, visits)
+    wid = None if word_ids is None else word_ids.reshape(1, -1)
+    return _selection(masker, ids, valid, tau, np.array([int(key)]), visits, seed, wid)[0]
 
 
 def mask_visits(masker: Any, input_ids: torch.Tensor, keys: Sequence[int] | torch.Tensor,
@@ -128,32 +127,104 @@ def mask_visits(masker: Any, input_ids: torch.Tensor, keys: Sequence[int] | torc
     """
     if input_ids.dim() != 2:
         raise MaskingError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+    _check_strategy(masker)
     input_ids = input_ids.long()
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    keys_l = [int(x) for x in (keys.tolist() if isinstance(keys, torch.Tensor) else keys)]
-    visits_l = [int(x) for x in (visits.tolist() if isinstance(visits, torch.Tensor) else visits)]
-    if not len(keys_l) == len(visits_l) == input_ids.shape[0]:
-        raise MaskingError(f"{input_ids.shape[0]} rows need one key and one visit each; got {len(keys_l)} keys "
-                           f"and {len(visits_l)} visits")
+    keys_np = np.asarray(keys.tolist() if isinstance(keys, torch.Tensor) else [int(x) for x in keys], dtype=np.int64)
+    visits_t = torch.as_tensor(visits.tolist() if isinstance(visits, torch.Tensor) else [int(x) for x in visits],
+                               dtype=torch.long).reshape(-1)
+    if not keys_np.size == visits_t.numel() == input_ids.shape[0]:
+        raise MaskingError(f"{input_ids.shape[0]} rows need one key and one visit each; got {keys_np.size} keys "
+                           f"and {visits_t.numel()} visits")
     valid = masker.valid_mask(input_ids, attention_mask, special_mask)
-    if masker.cfg.granularity == "subword":
-        word_ids = None
-    elif word_ids is None:
-        word_ids = word_ids_from_starts(input_ids, masker.word_starts, ~valid)
+    n_valid = valid.sum(dim=1).cpu()
     cfg = masker.cfg
     if masker.allow_short_rows:  # FE mode's count: a row with fewer maskable tokens than K, per visit
-        masker.short_rows += int((valid.sum(dim=1) < int(cfg.num_masks)).sum())
-    inputs, labels = torch.empty_like(input_ids), torch.empty_like(input_ids)
-    for b, (key, visit) in enumerate(zip(keys_l, visits_l, strict=True)):
-        sel = visit_selection(masker, input_ids[b], seed, key, visit, valid[b],
-                              None if word_ids is None else word_ids[b], ratio)
-        row_in, row_lab = apply_replacement(
-            input_ids[b:b + 1], sel[None], masker.mask_token_id, masker.vocab_size, cfg.mask_replace_prob,
-            cfg.random_replace_prob, make_generator(seed, key, visit, STREAM_VISIT),
-            per_span=cfg.replacement == "span")
-        inputs[b], labels[b] = row_in[0], row_lab[0]
-    bsz = input_ids.shape[0]
+        masker.short_rows += int((n_valid < int(cfg.num_masks)).sum())
+    tau = visit_budgets(masker, n_valid, ratio, visits_t)
+    sel = _selection(masker, input_ids, valid, tau, keys_np, visits_t, seed, word_ids)
+    inputs, labels = _replace(masker, input_ids, sel, mix_seeds(seed, keys_np, visits_t.numpy(), STREAM_VISIT))
+    device = input_ids.device
     return {"input_ids": inputs, "attention_mask": attention_mask, "labels": labels,
-            "sequence_index": torch.arange(bsz, device=input_ids.device),
-            "copy_index": torch.tensor(visits_l, dtype=torch.long, device=input_ids.device) % int(cfg.num_masks)}
+            "sequence_index": torch.arange(input_ids.shape[0], device=device),
+            "copy_index": (visits_t % int(cfg.num_masks)).to(device)}
+
+
+def _check_strategy(masker: Any) -> None:
+    if masker.cfg.strategy != PASSES:
+        raise MaskingError(f"mask_visits needs masking.strategy={PASSES!r}, got {masker.cfg.strategy!r}")
+
+
+def _selection(masker: Any, input_ids: torch.Tensor, valid: torch.Tensor, tau: torch.Tensor, keys: np.ndarray,
+               visits: torch.Tensor, seed: int, word_ids: torch.Tensor | None) -> torch.Tensor:
+    """BoolTensor[B, L]: row b's mask at visit ``visits[b]``: slot ``visit mod K`` of its cycle's partition, drawn
+    from the row's generator ``make_generator(seed, key, cycle, STREAM_CYCLE)``."""
+    k_all = int(masker.cfg.num_masks)
+    cycles, slot = visits // k_all, visits % k_all
+    seeds = mix_seeds(seed, keys, cycles.numpy(), STREAM_CYCLE)
+    gen, valid_cpu = torch.Generator(), valid.cpu()
+    if masker.cfg.granularity == "subword":  # random_ranks' draw per row, then one argsort for the batch
+        rank_keys = torch.empty(valid.shape, dtype=torch.float64)
+        for row, row_seed in zip(rank_keys.split(1), seeds, strict=True):
+            torch.rand(row.shape, generator=gen.manual_seed(row_seed), dtype=torch.float64, out=row)
+        order = rank_keys.masked_fill_(~valid_cpu, 2.0).argsort(dim=-1)
+        ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[1]).expand_as(order))
+        width = (valid_cpu.sum(dim=1) // k_all).clamp(min=1)  # >= 1: a short row (n < K) masks rank k at visit k < n
+        first = (slot * width)[:, None]
+        return ((ranks >= first) & (ranks < first + tau[:, None]) & valid_cpu).to(valid.device)
+    if word_ids is None:
+        word_ids = word_ids_from_starts(input_ids, masker.word_starts, ~valid)
+    # The batch's words once (as select_spans / select_word_level find them row by row), then FE's sampler on
+    # each row's words with the row's own numpy stream (numpy_rng of its generator, as those functions draw it).
+    tok_row, tok_pos, tok_word, word_len, new_run, word_row = batch_words(word_ids.cpu().numpy(), valid_cpu.numpy())
+    tau_np = tau.numpy().astype(np.int64)
+    rngs = [numpy_rng(gen.manual_seed(row_seed)) for row_seed in seeds]
+    if masker.cfg.granularity == "span":  # segment-then-deal for the batch, each row from its own stream
+        word_copy = draw_rows(word_len, new_run, word_row, tau_np, k_all, rngs, masker.span_law).word_copy
+    else:  # whole words: FE's walk, row by row
+        word_copy = np.full(word_len.size, -1, dtype=np.int64)
+        cuts = np.searchsorted(word_row, np.arange(len(seeds) + 1)).tolist()
+        for b, rng in enumerate(rngs):
+            words = slice(cuts[b], cuts[b + 1])
+            if words.start < words.stop and tau_np[b] > 0:
+                word_copy[words] = sample_whole_words(word_len[words].tolist(), int(tau_np[b]), k_all, rng)
+    hit = word_copy[tok_word] == slot.numpy()[tok_row]
+    out = np.zeros(valid.shape, dtype=bool)
+    out[tok_row[hit], tok_pos[hit]] = True
+    return torch.from_numpy(out).to(valid.device)
+
+
+def _replace(masker: Any, input_ids: torch.Tensor, selected: torch.Tensor,
+             seeds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``femlm.masking.maskers.apply_replacement`` of every row with its own generator (``seeds[b]``): the per-row
+    draws in its shapes and order, the replacement itself for the whole batch."""
+    cfg, gen = masker.cfg, torch.Generator()
+    ids, sel = input_ids.cpu(), selected.cpu()
+    labels = ids.masked_fill(~sel, IGNORE_INDEX)
+    words = torch.zeros_like(ids)
+    rows = list(zip(words.split(1), seeds, strict=True))
+    if cfg.replacement == "span":  # one draw per run of selected tokens, read at the run's first token
+        draw = torch.empty(ids.shape, dtype=torch.float64)
+        for (row_words, row_seed), row_draw in zip(rows, draw.split(1), strict=True):
+            torch.rand(row_draw.shape, generator=gen.manual_seed(row_seed), dtype=torch.float64, out=row_draw)
+            torch.randint(masker.vocab_size, row_words.shape, generator=gen, out=row_words)
+        draw = draw.gather(-1, span_starts(sel))
+        to_mask = sel & (draw < cfg.mask_replace_prob)
+        to_random = sel & ~to_mask & (draw < cfg.mask_replace_prob + cfg.random_replace_prob)
+    else:  # per token: bernoulli(mask), then bernoulli(random among the rest) and the random ids, if any
+        random_too = cfg.mask_replace_prob < 1.0 and cfg.random_replace_prob > 0.0
+        p_mask = torch.full((1, ids.shape[1]), float(cfg.mask_replace_prob))
+        replaced, random_pos = torch.empty(ids.shape), torch.zeros(ids.shape)
+        if random_too:
+            p_random = torch.full_like(p_mask, min(1.0, cfg.random_replace_prob / (1.0 - cfg.mask_replace_prob)))
+        for (row_words, row_seed), row_mask, row_random in zip(rows, replaced.split(1), random_pos.split(1),
+                                                                strict=True):
+            torch.bernoulli(p_mask, generator=gen.manual_seed(row_seed), out=row_mask)
+            if random_too:
+                torch.bernoulli(p_random, generator=gen, out=row_random)
+                torch.randint(masker.vocab_size, row_words.shape, generator=gen, out=row_words)
+        to_mask = replaced.bool() & sel
+        to_random = random_pos.bool() & sel & ~to_mask
+    inputs = torch.where(to_random, words, ids.masked_fill(to_mask, masker.mask_token_id))
+    return inputs.to(input_ids.device), labels.to(input_ids.device)

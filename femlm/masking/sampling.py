@@ -36,6 +36,22 @@ def mix_seed(seed: int, step: int, rank: int = 0, micro_step: int = 0) -> int:
     return h >> 1  # torch accepts any uint64, numpy too; 63 bits keeps it a positive Python/C long
 
 
+def mix_seeds(seed: int, steps: np.ndarray, ranks: np.ndarray, micro_step: int = 0) -> list[int]:
+    """``[mix_seed(seed, steps[i], ranks[i], micro_step) ...]`` for int64 arrays, in numpy uint64 (wraps mod 2**64)."""
+    h = np.zeros(np.broadcast_shapes(np.shape(steps), np.shape(ranks)), dtype=np.uint64)
+    for value in (np.uint64(int(seed) & _M64), np.asarray(steps, dtype=np.int64).view(np.uint64),
+                  np.asarray(ranks, dtype=np.int64).view(np.uint64), np.uint64(int(micro_step) & _M64)):
+        h = _splitmix64_np(h ^ value)  # int64 viewed as uint64: two's complement, as ``& _M64`` is
+    return (h >> np.uint64(1)).tolist()
+
+
+def _splitmix64_np(x: np.ndarray) -> np.ndarray:
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def make_generator(seed: int, step: int, rank: int = 0, micro_step: int = 0) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded from ``(seed, step, rank, micro_step)``.
 

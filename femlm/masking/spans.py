@@ -48,6 +48,7 @@ its per-span replacement draw); "spans" below are the placed pieces (segment ∩
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -101,15 +102,21 @@ def segment_words(new_run: np.ndarray, rng: np.random.Generator, law: SpanLaw) -
     Each run gets a forward-recurrence delay and, slot for slot, one i.i.d. length per word of the run (the
     segments of a run of ``R`` words never need more than ``R`` draws); a segment starts at the run's first
     word, after the delay, and after every further length, as long as that falls inside the run. The run's
-    last segment is cut at its end. One ``rng.random`` call in all.
+    last segment is cut at its end. One ``rng.random`` call in all: the runs' delays, then the words' lengths.
     """
+    runs = int(new_run.sum())
+    u = rng.random(runs + new_run.size)
+    return _segments(new_run, law, u[:runs], u[runs:])
+
+
+def _segments(new_run: np.ndarray, law: SpanLaw, u_delay: np.ndarray, u_pool: np.ndarray) -> np.ndarray:
+    """:func:`segment_words` given its uniforms: one per run (the delays), one per word (the pool of lengths)."""
     n_words = new_run.size
     run_first = np.flatnonzero(new_run)
     run_words = np.diff(run_first, append=n_words)
     run_of_word = np.cumsum(new_run) - 1
-    u = rng.random(run_first.size + n_words)
-    delay = _draw(law.delays, law.delay_cdf, u[: run_first.size])
-    pool = _draw(law.lengths, law.cdf, u[run_first.size :])
+    delay = _draw(law.delays, law.delay_cdf, u_delay)
+    pool = _draw(law.lengths, law.cdf, u_pool)
     ends = np.cumsum(pool)
     # offset (from its run's first word) of the segment start that pool slot ``w`` produces
     rel = delay[run_of_word] + ends - (ends - pool)[run_first][run_of_word]
@@ -135,24 +142,34 @@ def deal_windows(
     Per row: a uniformly random order of its segments (sorting by row, then by a U[0,1) key, keeps rows
     contiguous), the line offsets that order gives every word's end, a uniform rotation ``u`` of the
     circle of the row's ``n`` tokens, windows of ``tau`` tokens, and a random permutation of the K labels.
-    ``word_row`` (non-decreasing) and ``word_segment`` index rows of ``tau`` and segments.
+    ``word_row`` (non-decreasing) and ``word_segment`` index rows of ``tau`` and segments. Draws, in order: one
+    key per segment, one rotation per row, K label keys per row (none when K = 1).
     """
+    n_segments = int(word_segment[-1]) + 1 if word_segment.size else 0
+    u_order, u_rotation = rng.random(n_segments), rng.random(tau.size)
+    u_labels = rng.random((tau.size, copies)) if copies > 1 else None
+    return _deal(word_len, word_row, word_segment, tau, copies, u_order, u_rotation, u_labels)
+
+
+def _deal(word_len: np.ndarray, word_row: np.ndarray, word_segment: np.ndarray, tau: np.ndarray, copies: int,
+          u_order: np.ndarray, u_rotation: np.ndarray, u_labels: np.ndarray | None) -> np.ndarray:
+    """:func:`deal_windows` given its uniforms (one per segment, one per row, ``[rows, K]`` or None for K = 1)."""
     n_rows = tau.size
     seg_first = np.flatnonzero(np.diff(word_segment, prepend=-1))
     seg_row = word_row[seg_first]
     seg_tokens = np.add.reduceat(word_len, seg_first)
     n = np.bincount(word_row, weights=word_len, minlength=n_rows).astype(np.int64)
     row_base = np.cumsum(n) - n  # tokens of all earlier rows
-    order = np.lexsort((rng.random(seg_first.size), seg_row))
+    order = np.lexsort((u_order, seg_row))
     line_start = np.empty_like(seg_tokens)
     line_start[order] = np.cumsum(seg_tokens[order]) - seg_tokens[order] - row_base[seg_row[order]]
     word_end = np.cumsum(word_len) - row_base[word_row]  # 1-based offset of each word's end within its row
     seg_offset = word_end[seg_first] - word_len[seg_first]  # where the segment starts within its row
     line_end = (line_start - seg_offset)[word_segment] + word_end
-    rotation = np.floor(rng.random(n_rows) * n).astype(np.int64)
+    rotation = np.floor(u_rotation * n).astype(np.int64)
     n_safe, tau_safe = np.maximum(n, 1), np.maximum(tau, 1)
     window = ((line_end - rotation[word_row] - 1) % n_safe[word_row]) // tau_safe[word_row]
-    labels = np.argsort(rng.random((n_rows, copies)), axis=1) if copies > 1 else np.zeros((n_rows, 1), int)
+    labels = np.argsort(u_labels, axis=1) if copies > 1 else np.zeros((n_rows, 1), int)
     in_copy = (window < copies) & (tau[word_row] > 0)
     return np.where(in_copy, labels[word_row, np.minimum(window, copies - 1)], -1)
 
@@ -163,15 +180,33 @@ def draw_rows(
     word_row: np.ndarray,
     tau: np.ndarray,
     copies: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | Sequence[np.random.Generator],
     law: SpanLaw,
 ) -> SpanDraw:
-    """Steps 1-2 for a batch of rows given as flat word arrays (see :func:`segment_words`, :func:`deal_windows`)."""
+    """Steps 1-2 for a batch of rows given as flat word arrays (see :func:`segment_words`, :func:`deal_windows`).
+
+    ``rng``: one generator for the batch, or one per row (``femlm.masking.passes``: a row's stream is its own);
+    then each row draws from its own what it would draw alone, in the same order: its runs' delays and its words'
+    lengths, then its segments' keys, its rotation and its label keys.
+    """
     if word_len.size == 0:
         empty = np.zeros(0, dtype=np.int64)
         return SpanDraw(empty, empty)
-    word_segment = segment_words(new_run, rng, law)
-    return SpanDraw(deal_windows(word_len, word_row, word_segment, tau, copies, rng), word_segment)
+    if isinstance(rng, np.random.Generator):
+        word_segment = segment_words(new_run, rng, law)
+        return SpanDraw(deal_windows(word_len, word_row, word_segment, tau, copies, rng), word_segment)
+    n_rows = tau.size
+    runs = np.bincount(word_row[new_run], minlength=n_rows).tolist()
+    words = np.bincount(word_row, minlength=n_rows).tolist()
+    u = [g.random(r + w) for g, r, w in zip(rng, runs, words, strict=True)]
+    word_segment = _segments(new_run, law, np.concatenate([x[:r] for x, r in zip(u, runs, strict=True)]),
+                             np.concatenate([x[r:] for x, r in zip(u, runs, strict=True)]))
+    seg_first = np.flatnonzero(np.diff(word_segment, prepend=-1))
+    segments = np.bincount(word_row[seg_first], minlength=n_rows).tolist()
+    u_order = np.concatenate([g.random(s) for g, s in zip(rng, segments, strict=True)])
+    u_rotation = np.array([g.random() for g in rng])
+    u_labels = np.stack([g.random(copies) for g in rng]) if copies > 1 else None
+    return SpanDraw(_deal(word_len, word_row, word_segment, tau, copies, u_order, u_rotation, u_labels), word_segment)
 
 
 def sample_segment_spans(

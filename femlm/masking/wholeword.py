@@ -36,6 +36,7 @@ exact enumeration of all orders):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -44,6 +45,12 @@ import numpy as np
 def walk_orders(n_words: int, copies: int) -> list[list[int]]:
     """Copy ``k``'s walk over the places ``0..n_words-1``: its block forwards, then blocks k+1, k+2, ...
     (cyclically) each backwards from its end. Each walk is a fixed permutation of the places."""
+    return [list(walk) for walk in _walks(n_words, copies)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _walks(n_words: int, copies: int) -> tuple[tuple[int, ...], ...]:
+    """:func:`walk_orders`, built once per (words, copies): every row of a batch has one of a few word counts."""
     cuts = [(k * n_words) // copies for k in range(copies + 1)]
     orders = []
     for k in range(copies):
@@ -51,8 +58,8 @@ def walk_orders(n_words: int, copies: int) -> list[list[int]]:
         for j in range(1, copies):
             other = (k + j) % copies
             walk.extend(range(cuts[other + 1] - 1, cuts[other] - 1, -1))
-        orders.append(walk)
-    return orders
+        orders.append(tuple(walk))
+    return tuple(orders)
 
 
 def deal_whole_words(
@@ -66,7 +73,7 @@ def deal_whole_words(
     n_words = len(word_len)
     owner = [-1] * n_words
     conflict = False
-    for k, walk in enumerate(walk_orders(n_words, copies) if copies > 1 else [range(n_words)]):
+    for k, walk in enumerate(_walks(n_words, copies) if copies > 1 else [range(n_words)]):
         room = tau
         for place in walk:
             if room <= 0:

@@ -33,7 +33,7 @@ from femlm.models.optim import param_groups
 from femlm.runtime.config import RuntimeConfig
 from femlm.runtime.device import pick_precision, sdpa_kernel
 from femlm.runtime.host_memory import keep_freed_memory
-from femlm.train.batches import BatchProducer, Prepared, Shape, label_bound, prepare
+from femlm.train.batches import BatchProducer, Prepared, Shape, prepare
 from femlm.train.compute import step_layout
 from femlm.train.config import TrainerConfig
 from femlm.train.distributed import DistInfo, all_reduce_sum
@@ -77,9 +77,6 @@ class DataOrder:
                 self._cache[e] = torch.randperm(self.n, generator=gen)
             return self._cache[e]
 
-    def take(self, start: int, count: int) -> torch.Tensor:
-        return self.locate(start, count)[0]
-
     def locate(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(block index, epoch) of stream positions [start, start + count): the epoch is the pass over the
         corpus, i.e. the visit index of the block (each epoch reads every block once)."""
@@ -94,12 +91,14 @@ class DataOrder:
 
 class StepStats:
     """What optimizer step `step` did. `loss` and `grad_norm` stay on the device until read (a read waits for
-    the step to finish: the loop reads them only at log steps); `masked_tokens` is the global batch's count."""
+    the step to finish: the loop reads them only at log steps); so does `masked_tokens`, the global batch's label
+    count, under DDP (the all-reduced device tensor; `int()` reads it; in one process it is the host int).
+    `label_chunks`: the forward-backward chunks this rank ran (femlm/train/batches.py), known on the host."""
 
     def __init__(self, step: int, loss: torch.Tensor | float, rows: int, masked_tokens: int | torch.Tensor,
-                 grad_norm: torch.Tensor | float, lr: float) -> None:
-        self.step, self.rows, self.lr = step, rows, lr
-        self.count = masked_tokens  # the host count in one process; under DDP the all-reduced device tensor
+                 grad_norm: torch.Tensor | float, lr: float, label_chunks: int = 1) -> None:
+        self.step, self.rows, self.lr, self.label_chunks = step, rows, lr, label_chunks
+        self.masked_tokens = masked_tokens
         self._loss, self._grad_norm = loss, grad_norm
 
     @property
@@ -109,10 +108,6 @@ class StepStats:
     @property
     def grad_norm(self) -> float:
         return float(self._grad_norm)
-
-    @property
-    def masked_tokens(self) -> int:  # reads `count` under DDP
-        return int(self.count)
 
 
 def make_optimizer(model: nn.Module, tcfg: TrainerConfig, device: torch.device) -> torch.optim.Optimizer:
@@ -141,7 +136,7 @@ def freeze_except(model: nn.Module, patterns: list[str]) -> list[str]:
 def eval_shape(labels: torch.Tensor, rows: int) -> Shape:
     """The exact shape of a fixed held-out set in batches of `rows`: its largest batch and row counts."""
     per_row = (labels != -100).sum(1)
-    size = max(int(per_row[start:start + rows].sum()) for start in range(0, labels.shape[0], rows))
+    size = max((int(per_row[start:start + rows].sum()) for start in range(0, labels.shape[0], rows)), default=0)
     return Shape(rows, max(size, 1), (int(per_row.max()) if per_row.numel() else 0) + 1)
 
 
@@ -188,7 +183,7 @@ class PretrainCore:
         self.evaluator: Callable[..., Any] = self.objective.score
         self.shape: Shape | None = None
         if runtime.compile:
-            self.shape = label_bound(masker.cfg, self.micro_rows, int(blocks.shape[1]), k)
+            self.shape = masker.label_bound(self.micro_rows, int(blocks.shape[1]), blocks)
             self.module = torch.compile(self.module, dynamic=False)
             self.evaluator = torch.compile(self.objective.score, dynamic=False)
         self.copy_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -238,7 +233,7 @@ class PretrainCore:
         micro = 0 if redraw is None else _REDRAW_STREAM + redraw
         return self.masker(sequences, None, make_generator(self.seed, step, self.dist.rank, micro), ratio=ratio)
 
-    def _to_device(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
+    def probe_inputs(self, rows: dict[str, torch.Tensor], start: int, stop: int) -> tuple[torch.Tensor, ...]:
         """Eager inputs of rows [start, stop) (the variance probe): exact positions, the attention mask if any."""
         attention = rows["attention_mask"][start:stop]
         attention = None if bool(attention.all()) else attention.to(self.device, non_blocking=True)
@@ -246,7 +241,7 @@ class PretrainCore:
         return rows["input_ids"][start:stop].to(self.device, non_blocking=True), attention, at.to(self.device)
 
     def _prepare_step(self, step: int) -> Prepared:
-        """Step `step`'s batch, split into passes of the run's shape and on the device (the producer thread)."""
+        """Step `step`'s batch, split into label chunks of the run's shape, on the device (the producer thread)."""
         return self._prepare(self.batch(step), step)
 
     def _prepare(self, rows: dict[str, torch.Tensor], step: int | None = None) -> Prepared:
@@ -256,17 +251,16 @@ class PretrainCore:
                        self.copy_stream)
 
     # ------------------------------------------------------------------------------------------ training
-    def backward(self, rows: dict[str, torch.Tensor] | Prepared) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gradients of the global token-mean loss of `rows` (accumulated in .grad); (loss_sum, count), both
-        on the device and not read here."""
-        prepared = rows if isinstance(rows, Prepared) else self._prepare(rows)
+    def backward(self, prepared: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gradients of the global token-mean loss of the `prepared` rows (accumulated in .grad); (loss_sum,
+        count), both on the device and not read here."""
         prepared.wait(self.device)
         count = torch.full((1,), float(prepared.count), dtype=torch.float64, device=self.device)
         all_reduce_sum(count, self.dist)
         scale = (self.dist.world_size / count.clamp(min=1.0))[0].float()
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for i, (input_ids, at) in enumerate(prepared.passes):
-            last = i == len(prepared.passes) - 1
+        for i, (input_ids, at) in enumerate(prepared.chunks):
+            last = i == len(prepared.chunks) - 1
             sync = contextlib.nullcontext() if last or not self.dist.distributed else self._no_sync()
             with sync, sdpa_kernel(self.runtime.sdpa_backend, self.device):
                 with self.autocast():
@@ -323,7 +317,7 @@ class PretrainCore:
         self.scheduler.step()
         tokens = count[0] if self.dist.distributed else prepared.count
         return StepStats(step=step, loss=loss, rows=self.rank_model_rows * self.dist.world_size,
-                         masked_tokens=tokens, grad_norm=grad_norm, lr=lr)
+                         masked_tokens=tokens, grad_norm=grad_norm, lr=lr, label_chunks=len(prepared.chunks))
 
     # ------------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -339,7 +333,7 @@ class PretrainCore:
         self.objective.eval()
         try:
             with sdpa_kernel(self.runtime.sdpa_backend, self.device):
-                for input_ids, at in prepare(shard.labels, shard.input_ids, batch_rows, shape, self.device).passes:
+                for input_ids, at in prepare(shard.labels, shard.input_ids, batch_rows, shape, self.device).chunks:
                     if should_stop is not None and should_stop():
                         sums[3] = 1.0
                         break

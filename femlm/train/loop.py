@@ -19,7 +19,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,9 @@ class Progress:
     rows: int = 0  # model rows processed: a sequence counts once per masked copy
     masked_targets: int = 0  # labelled positions the loss was computed on
     train_flops: float = 0.0  # model FLOPs (femlm.train.flops; MLM definition, dense encoder)
+    # steps added whose label count (under DDP a device tensor) is not yet in the counters: (rows, count, core)
+    _unread: list[tuple[int, int | torch.Tensor, PretrainCore]] = field(default_factory=list, init=False, repr=False,
+                                                                         compare=False)
 
     def seen(self) -> dict[str, float]:
         """The cumulative counts, as metrics.jsonl records them (every train and eval record)."""
@@ -77,13 +80,13 @@ class Progress:
         self.source_tokens += core.step_sequences * core.block_size
         self.rows += stats.rows
         # Under DDP the step's global label count is still on the device: added when next read (settle).
-        self.__dict__.setdefault("_unread", []).append((stats.rows, stats.count, core))
-        if not isinstance(stats.count, torch.Tensor):
+        self._unread.append((stats.rows, stats.masked_tokens, core))
+        if not isinstance(stats.masked_tokens, torch.Tensor):
             self.settle()
 
     def settle(self) -> None:
         """Add the label counts and FLOPs of the steps added since the last call (one read for all of them)."""
-        unread = self.__dict__.pop("_unread", [])
+        unread, self._unread = self._unread, []
         on_device = [count for _, count, _ in unread if isinstance(count, torch.Tensor)]
         values = iter(torch.stack(on_device).tolist() if on_device else [])
         for rows, count, core in unread:
@@ -94,7 +97,7 @@ class Progress:
     def state(self) -> dict[str, Any]:
         """The fields, settled: what a saved state and summary.json hold."""
         self.settle()
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
 
 def run_pretrain(cfg: Any, run: Any, prepared: Any = None, deadline: float | None = None) -> dict[str, Any]:
@@ -148,6 +151,7 @@ def train(cfg: Any, run: Any, dist: DistInfo, prepared: Any = None, deadline: fl
                 raise stop.stopped(f"stopped during the evaluation at step {progress.step}; nothing new to save")\
                     from None
         window = [0, 0.0]  # tokens and seconds since the last log record
+        chunks = 0  # label chunks run since the last log record (femlm/train/batches.py)
         # Device values (loss, gradient norm, the non-finite check) are read only at the steps that use them.
         core.read_at = lambda s: s == max_steps or any(s % every(n) == 0 for n in
                                                        (rt.log_every, rt.eval_every, rt.save_every))
@@ -158,16 +162,17 @@ def train(cfg: Any, run: Any, dist: DistInfo, prepared: Any = None, deadline: fl
             seconds = time.perf_counter() - t0
             progress.add(stats, core, seconds)
             window = [window[0] + stats.rows * core.block_size, window[1] + seconds]
+            chunks += stats.label_chunks
             rec.bar.update(1)
             if deadline is not None and not last and core.read_at(step) and time.time() > deadline:
                 raise DeadlineReached(f"{name}: the deadline passed after step {step} of {max_steps}")
             if step % every(rt.log_every) == 0 or last:
                 speed = round(window[0] / max(window[1], 1e-9), 1)
                 rec.log(step=step, loss=stats.loss, lr=stats.lr, row_tokens_per_s=speed, rows=stats.rows,
-                        masked_tokens=stats.masked_tokens, grad_norm=stats.grad_norm,
-                        mask_ratio=core.mask_ratio(step), **progress.seen())
+                        masked_tokens=int(stats.masked_tokens), grad_norm=stats.grad_norm,
+                        mask_ratio=core.mask_ratio(step), label_chunks=chunks, **progress.seen())
                 rec.show(loss=stats.loss, tok_s=f"{speed:.0f}")
-                window = [0, 0.0]
+                window, chunks = [0, 0.0], 0
             probe = cfg.logger.variance_probe
             if probe.enabled and step % probe.every == 0 and dist.is_main:
                 rec.log(step=step, **gradient_variance(core, step, probe.remasks, list(probe.parameters)))

@@ -42,7 +42,7 @@ def gradient_variance(core: Any, step: int, remasks: int, patterns: list[str] | 
             flat = None
             for start in range(0, rows["labels"].shape[0], core.micro_rows):
                 with core.autocast():
-                    loss_sum, _, _ = objective(*core._to_device(rows, start, start + core.micro_rows))
+                    loss_sum, _, _ = objective(*core.probe_inputs(rows, start, start + core.micro_rows))
                 # autograd.grad leaves .grad (and DDP's accumulation hooks) untouched
                 parts = torch.autograd.grad(loss_sum / max(count, 1.0), params, allow_unused=True)
                 vec = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).float()

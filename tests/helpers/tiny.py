@@ -99,9 +99,9 @@ def patch_blocks(n_train: int = 96, n_val: int = 24, seed: int = 0) -> None:
 
 
 def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, seed: int = 0,
-              word_starts: torch.Tensor | None = None, **runtime: Any) -> Any:
+              word_starts: torch.Tensor | None = None, length: int = 32, batch_size: int = 8, **runtime: Any) -> Any:
     """A PretrainCore over a 2-layer, 32-wide model without dropout (so two cores built alike take identical
-    steps) on synthetic 32-token blocks, batch 8; `masking`: a MaskingConfig (default mlm_subword) with its
+    steps) on synthetic `length`-token blocks (32), batch `batch_size` (8); `masking`: a MaskingConfig (default mlm_subword) with its
     `word_starts` table (whole-word, span), `runtime`: RuntimeConfig keys (precision defaults to fp32, so the machine's `auto` choice never enters a test)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -111,6 +111,7 @@ def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, 
     from femlm.train.core import PretrainCore
 
     arch = {k: v for k, v in TINY_ARCH.items() if k != "model_type"}
+    arch["max_position_embeddings"] = max(arch["max_position_embeddings"], length)
     extra = {"pad_token_id": 1} if model_type == "roberta" else {}
     config = AutoConfig.for_model(model_type, vocab_size=99, hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0, **arch, **extra)
@@ -118,6 +119,6 @@ def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, 
     model = AutoModelForMaskedLM.from_config(config)
     masker = build_masker(masking or MaskingConfig(), mask_token_id=4, vocab_size=99, special_ids=[0, 1, 2, 3, 4],
                           word_starts=word_starts)
-    trainer = TrainerConfig(batch_size=8, max_steps=20, lr=3e-3, warmup_ratio=0.1)
-    return PretrainCore(model, masker, synthetic_blocks(blocks, 32, 99, seed), trainer,
+    trainer = TrainerConfig(batch_size=batch_size, max_steps=20, lr=3e-3, warmup_ratio=0.1)
+    return PretrainCore(model, masker, synthetic_blocks(blocks, length, 99, seed), trainer,
                         RuntimeConfig(**{"precision": "fp32", "device": "cpu", **runtime}), seed)

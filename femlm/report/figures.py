@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from femlm.outputs import arm_color, pyplot, save_figure, write_csv
+from femlm.outputs import arm_colors, pyplot, save_figure, write_csv
 from femlm.paper import TASK_HEADERS
 from femlm.report.build import arm_label, efficiency_series, split_series
 from femlm.report.collect import Collection
@@ -77,14 +77,15 @@ def efficiency_figure(collection: Collection, out_dir: Path) -> Figure:
         return _skipped("efficiency")
     plt, fig, axes = _canvas(len(series))
     rows: list[list[object]] = []  # the plotted numbers, for the CSV
+    colors = arm_colors(m for arms in series.values() for m in arms)
     for ax, (task, arms) in zip(axes, sorted(series.items()), strict=True):
         for masking, points in sorted(arms.items()):
             steps = [p[0] for p in points]
             means = [p[1] for p in points]
-            ax.plot(steps, means, marker="o", label=arm_label(masking), color=arm_color(masking))
+            ax.plot(steps, means, marker="o", label=arm_label(masking), color=colors[str(masking)])
             stds = [p[2] or 0.0 for p in points]
             ax.fill_between(steps, [m - s for m, s in zip(means, stds, strict=True)],
-                            [m + s for m, s in zip(means, stds, strict=True)], alpha=0.2, color=arm_color(masking))
+                            [m + s for m, s in zip(means, stds, strict=True)], alpha=0.2, color=colors[str(masking)])
             rows += [[task, masking, *p] for p in points]
         _label(ax, "pre-training step", f"{TASK_HEADERS.get(task, task)} score (×100)")
     return _written("efficiency", plt, fig, out_dir, "figure4_efficiency",
@@ -114,12 +115,13 @@ def loss_figure(collection: Collection, out_dir: Path) -> Figure:
     stages = sorted({str(r.summary.get("command") or "pretrain") for r in runs})
     plt, fig, axes = _canvas(len(stages))
     rows: list[list[object]] = []
+    colors = arm_colors(r.summary.get("masking") for r in runs)
     for ax, stage in zip(axes, stages, strict=True):
         for run in sorted((r for r in runs if str(r.summary.get("command") or "pretrain") == stage),
                           key=lambda r: (str(r.summary.get("masking")), str(r.dir))):
             label = f"{arm_label(run.summary.get('masking'))} K={run.num_masks} ({run.summary.get('domain')}, {run.dir.name})"
             ax.plot([s for s, _ in run.eval_curve], [v for _, v in run.eval_curve], marker=".", label=label,
-                    color=arm_color(run.summary.get("masking")))
+                    color=colors[str(run.summary.get("masking"))])
             rows += [[str(run.dir), stage, run.summary.get("masking"), run.summary.get("domain"), s, v]
                      for s, v in run.eval_curve]
         ax.set_title(stage, fontsize=9)

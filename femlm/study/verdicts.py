@@ -11,6 +11,14 @@ A study that builds its own `Comparison` records (femlm.study.comparisons) sets 
 better for ``first``), the arms (``first``, ``second``; empty for a mechanism reading) and ``nature``; a t-test also
 ``p``, ``n``, ``sd`` (and ``df``; Welch: ``n_other``, ``sd_other``), a bootstrap its ``replicates`` where stored.
 
+A study declares its family in its experiment file (checked when the file loads: femlm.experiment.schema, keys):
+
+    stats:
+      declared: {when: before, date: "2026-12-01", commit: abc1234}   # required: before / after the data
+      confirmatory: [training_loss/same_rows/fe_passes_subword/final_loss, training_loss/same_rows/fe_subword/final_loss]
+      delta: {training_loss/same_rows/fe_passes_subword/final_loss: 0.01,     # optional: equivalence margins
+              training_loss/same_rows/fe_subword/final_loss: 0.01}           # (Holm then runs over 2 x 2 hypotheses)
+
 **The reading.** Each comparison gets exactly one of:
 
 * *favours FE* / *against FE*: only an **outcome** (training loss, compute to a target, downstream score) of an

@@ -101,16 +101,17 @@ def test_arms_that_do_not_cover_one_cycle_of_visits_are_refused(w) -> None:
         plan.refuse()
 
 
-def test_the_plans_model_counts_match_the_built_model() -> None:
-    from transformers import BertConfig, BertForMaskedLM
+@pytest.mark.parametrize("model_type", ["bert", "roberta-prelayernorm"])
+def test_the_plans_model_counts_match_the_built_model(model_type: str) -> None:
+    from transformers import AutoConfig, AutoModelForMaskedLM
 
     from femlm.train.flops import flop_counts
 
     arch = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-            "max_position_embeddings": 64}
-    model = BertForMaskedLM(BertConfig(vocab_size=100, **arch))
+            "max_position_embeddings": 66, "type_vocab_size": 1}
+    model = AutoModelForMaskedLM.from_config(AutoConfig.for_model(model_type, vocab_size=100, **arch))
     assert gpu_plan.bert_flops(arch, 100) == flop_counts(model)
-    assert gpu_plan.bert_parameters(arch, 100) == sum(p.numel() for p in model.parameters())
+    assert gpu_plan.bert_parameters({**arch, "model_type": model_type}, 100) == sum(p.numel() for p in model.parameters())
 
 
 # ---------------------------------------------------------------------------------------------- the typed block

@@ -72,13 +72,15 @@ def bert_flops(arch: dict[str, Any], vocab: int) -> FlopCounts:
 
 
 def bert_parameters(arch: dict[str, Any], vocab: int) -> int:
-    """Parameters of a BertForMaskedLM of this shape (the decoder tied to the word embeddings)."""
+    """Parameters of a BertForMaskedLM (or a pre-LN RobertaPreLayerNormForMaskedLM) of this shape, the decoder tied
+    to the word embeddings."""
     h, layers, inter = int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
     positions = int(arch.get("max_position_embeddings", 512))
     embeddings = (vocab + positions + int(arch.get("type_vocab_size", 2))) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h * inter + inter + h + 4 * h
     head = h * h + h + 2 * h + vocab
-    return embeddings + layers * layer + head
+    final_norm = 2 * h if "prelayernorm" in str(arch.get("model_type", "")) else 0  # pre-LN: a last LayerNorm
+    return embeddings + layers * layer + head + final_norm
 
 
 def flops_per_token(counts: FlopCounts, seq: int, ratio: float) -> float:

@@ -141,13 +141,14 @@ study-passes: $(STAMP) ## FE across passes vs MLM vs K-copy FE on all-MiniLM-L6-
 study-passes-smoke: $(STAMP) ## study-passes at toy scale on a tiny random BERT (a few minutes): results/study-passes-smoke/
 	$(EXPERIMENT) study_passes --smoke $(ARGS)
 
-# The equal-compute test at GPU scale (issue 39; femlm/conf/experiment/study_gpu.yaml): BERT 8 x 512 from scratch on the
-# CS corpus, MLM vs FE across passes vs K-copy FE, every arm and seed in one process, planned to fit 8 minutes of one
-# H100. On the (offline) GPU machine run the command `python benchmarks/gpu_bundle.py` prints: results/study-gpu/.
-study-gpu: $(STAMP) ## On a GPU: MLM vs FE across passes vs K-copy FE, BERT from scratch, one process (~8 min, H100): results/study-gpu/
+# The FE question on GPUs (issue 45; femlm/conf/experiment/study_gpu.yaml): a Wikipedia warm-up carried to every window,
+# MLM vs FE across passes vs K-copy FE continued on ACL papers at equal compute, ACL-ARC/SciERC fine-tuned in process;
+# one window (<= 8 minutes) per invocation, paired seeds kept until N. On the (offline) GPU machine run the command
+# `python benchmarks/gpu_bundle.py` prints: results/study-gpu/. `--plan` prints N, the gates and windows to N per card.
+study-gpu: $(STAMP) ## On a GPU: one window of the FE study (warm-up -> arms -> downstream, <= 8 min): results/study-gpu/
 	$(EXPERIMENT) study_gpu $(ARGS)
 
-study-gpu-smoke: $(STAMP) ## study-gpu's code path at toy size on the CPU (about a minute): results/study-gpu-smoke/
+study-gpu-smoke: $(STAMP) ## study-gpu's whole path at toy size on the CPU (about a minute): results/study-gpu-smoke/
 	$(EXPERIMENT) study_gpu --smoke $(ARGS)
 
 clean: ## Remove runs/, multiruns/ and the tool caches

@@ -49,7 +49,8 @@ EXPECTED = {
                      r"\[fe_k4 b=4 L=64 fe_k4 eager\] tokens/s (.*\n)*"
                      r"\[fe_passes b=4 L=64 fe_passes eager\] tokens/s (.*\n)*"
                      r"\[study b=16 L=64 fe_passes_subword eager\] block timing (.*\n)*gpu-check ok in ", False),
-    "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
+    "gpu_bundle.py": (r"the copy for the device machine: .* MiB(.*\n)*the study .*\n.*timeout 480 python3 -m femlm\.experiment "
+                      r"study_gpu --budget-minutes 7\.5 (.*\n)*gpu-check .*\n.*gpu_check\.py --out \$OUT/gpu "
                       r"--commit ", False),
     # issue 46's prepared GPU call: the probe, then gpu-check's 48 x 512 and study rows, into one folder
     "gpu_window.sh": (r"attention probe done in .*\n(.*\n)*\[study b=16 L=64 fe_subword eager\] tokens/s (.*\n)*"

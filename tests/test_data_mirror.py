@@ -15,7 +15,7 @@ from femlm.data.tasks import load_task, task_data_notes
 from femlm.data.tokenizer import mirrored_config_path
 from femlm.errors import UserError
 from femlm.models.load import load_tokenizer
-from helpers.configs import DOMAIN_NAMES, TASK_NAMES, domain, task
+from helpers.configs import DOMAIN_NAMES, STUDY_DOMAINS, TASK_NAMES, domain, task
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -45,8 +45,8 @@ def cfg(tmp_path_factory: pytest.TempPathFactory) -> DownloadConfig:
 def test_download_all_offline(cfg: DownloadConfig, capsys: pytest.CaptureFixture[str]) -> None:
     rows = download_all(["all"], cfg)
     present = [r for r in rows if r["status"] != "absent"]
-    # Every mirrored file the registry uses: 51 minus AG readme.txt and the 4 CoLA v1.1 cola_public copies.
-    assert len(present) == 46
+    # Every mirrored file the registry uses: 56 minus AG readme.txt and the 4 CoLA v1.1 cola_public copies.
+    assert len(present) == 51
     assert all(r["status"] == "verified" for r in present)
     absent = {r["dataset"] for r in rows if r["status"] == "absent"}
     assert absent == {"rct", "ag", "mnli", "qqp", "qnli", "wnli", "wikitext2"}
@@ -97,7 +97,8 @@ def test_tokenizers_and_configs(cfg: DownloadConfig) -> None:
 
 
 def test_domains_have_documents(cfg: DownloadConfig) -> None:
-    sizes = {name: len(load_documents(domain(name), cfg)) for name in DOMAIN_NAMES}
+    # The study's corpora (wikipedia, acl): exact counts in tests/test_data_study_mirror.py.
+    sizes = {name: len(load_documents(domain(name), cfg)) for name in DOMAIN_NAMES if name not in STUDY_DOMAINS}
     # News: RealNews + Reuters samples only (the HyperPartisan articles are task text, not corpus text).
     assert sizes["cs"] > 3000 and sizes["news"] > 2500 and sizes["general"] > 100
     small = load_documents(DomainConfig("cs", ["s2orc:cs"], max_documents=10), cfg, seed=3)
@@ -109,7 +110,8 @@ def test_every_task_and_domain_names_registry_data() -> None:
     for name in TASK_NAMES:
         assert task(name).dataset in REGISTRY, name
     for name in DOMAIN_NAMES:
-        assert all(s.split(":")[0] in REGISTRY for s in domain(name).sources), name
+        d = domain(name)
+        assert all(s.split(":")[0] in REGISTRY for s in [*d.sources, *d.validation_sources]), name
 
 
 def test_roberta_blocks_use_its_own_special_tokens(cfg: DownloadConfig, tmp_path: Path) -> None:

@@ -30,10 +30,10 @@ ALLOWED = {
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
     "experiment": {"femlm", "errors", "masking"},
-    # study/gpu.py (issue 39) trains every arm and seed in its one process: the arms' configs composed as the CLI
-    # composes them (compose, config) and femlm's own step (train, masking, runtime).
-    "study": {"analysis", "compose", "config", "data", "errors", "experiment", "femlm", "masking", "models", "outputs",
-              "paper",
+    # study/gpu*.py (issue 45) runs a GPU window in its one process: every run's config composed as the CLI composes
+    # it (compose, config), through femlm's one training loop (train) and `femlm finetune`'s own entry (eval).
+    "study": {"analysis", "compose", "config", "data", "errors", "eval", "experiment", "femlm", "masking", "models",
+              "outputs", "paper",
               "provenance", "report", "runs", "runtime", "train"},
 }
 

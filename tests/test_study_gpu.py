@@ -1,208 +1,299 @@
-"""The in-process GPU study (issue 39): its plan from unit costs and the power rule (fast), its results writer on
-synthetic seeds (fast), and, marked slow, the smoke study run twice through the runner on the CPU."""
+"""The GPU study (issue 45): its plan's arithmetic (N from the TOST power rule, seeds per window, windows to N on
+each card), the typed `gpu:` block's errors, the rules that let windows add up (study code, seeds kept whole, the
+one revision of N, prepared data reused only on equal settings), the README before N; marked slow, the smoke
+study end to end through the one training loop, twice."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from femlm.errors import UserError
-from femlm.experiment.schema import load
-from femlm.study.gpu_plan import bert_flops, make_plan, seeds_for_power
+from femlm.experiment.schema import Experiment, load, parse
+from femlm.experiment.tables import Options
+from femlm.study import gpu_plan, gpu_windows
+from femlm.study.gpu_plan import tost_pairs, tost_power
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("FEMLM_MIRROR") or REPO.parent / "shared" / "data")
+ARMS = ["mlm_subword", "fe_passes_subword", "fe_subword"]
 
 
-def raw(smoke: bool = False) -> dict:
-    return copy.deepcopy(load("study_gpu", smoke=smoke).raw)
+@pytest.fixture(scope="module")
+def w(tmp_path_factory: pytest.TempPathFactory):
+    """The study's window as the full experiment file plans it (composed once for the module)."""
+    from femlm.study.gpu import Window
+
+    tmp = tmp_path_factory.mktemp("study_gpu")
+    return Window(load("study_gpu"), Options(runs=tmp / "runs", out=tmp / "out", stamp="test"))
 
 
-def test_the_h100_plan_fits_eight_minutes_with_the_seeds_the_power_rule_and_budget_allow() -> None:
-    plan = raw()
-    gp = make_plan(plan, REPO)
-    assert gp.total_s <= gp.budget_s == 8 * 60
-    assert [p.name for p in gp.parts] == ["start-up", "compile", "training", "evaluation", "fine-tuning", "results"]
-    fine_tuning = next(p for p in gp.parts if p.name == "fine-tuning")
-    assert fine_tuning.skipped and "skipped" in fine_tuning.note
-    # One more seed would not fit: the budget, not a constant, set the count (the rule asks for more here).
-    assert len(gp.seeds) >= 3 and gp.total_s + gp.seed_seconds > gp.budget_s - 15
-    assert "the power rule asks for" in gp.text() and f"running {len(gp.seeds)}" in gp.text()
-    # Equal compute: the same steps of the same rows for every arm; the K-copy arm reads K times fewer sequences.
-    assert len(set(gp.steps.values())) == 1 and gp.rows_per_step == 256
-    assert gp.passes["fe_subword"] == pytest.approx(gp.passes["mlm_subword"] / 4)
-    assert 10 <= gp.passes["mlm_subword"] <= 30
+# ---------------------------------------------------------------------------------------------- power
+def test_the_power_rule_gives_46_at_holms_first_step_and_39_for_the_two_equivalence_tests_alone() -> None:
+    assert tost_pairs(0.0187, 0.01, 0.05 / 4, 0.8) == 46  # the declared family: 2 x 2 hypotheses under Holm
+    assert tost_pairs(0.0187, 0.01, 0.05 / 2, 0.8) == 39  # the issue's figure: the TOST at 0.025 per side
+    assert tost_power(45, 0.0187, 0.01, 0.0125) < 0.8 <= tost_power(46, 0.0187, 0.01, 0.0125)
+    assert tost_pairs(0.03, 0.01, 0.0125, 0.8) > tost_pairs(0.0187, 0.01, 0.0125, 0.8)
 
 
-def test_a_larger_budget_runs_what_the_power_rule_asks_for_and_no_more() -> None:
-    plan = raw()
-    plan["estimate"]["budget_minutes"] = 600
-    gp = make_plan(plan, REPO)
-    wanted = int(gp.text().split("the power rule asks for ")[1].split()[0])
-    assert len(gp.seeds) == wanted
+def test_the_tost_power_formula_agrees_with_a_simulation() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    n, sd, delta, alpha = 46, 0.0187, 0.01, 0.0125
+    d = rng.normal(0.0, sd, size=(20_000, n))
+    mean, se = d.mean(1), d.std(1, ddof=1) / math.sqrt(n)
+    crit = stats.t.ppf(1 - alpha, n - 1)
+    simulated = float(((mean - crit * se > -delta) & (mean + crit * se < delta)).mean())
+    assert simulated == pytest.approx(tost_power(n, sd, delta, alpha), abs=0.015)
 
 
-def test_seeds_for_power_matches_the_paired_t_test_sample_size() -> None:
-    assert seeds_for_power(1.0, 0.5, 0.05, 0.8) == 34  # G*Power's paired t-test: d = 0.5, two-sided 0.05, 80%
-    assert seeds_for_power(2.0, 0.5, 0.05, 0.8) > 3.5 * seeds_for_power(1.0, 0.5, 0.05, 0.8)
-    assert seeds_for_power(1.0, 0.5, 0.025, 0.8) > seeds_for_power(1.0, 0.5, 0.05, 0.8)
+# ---------------------------------------------------------------------------------------------- the plan
+def test_the_plan_prints_n_delta_the_gates_and_seeds_per_window_for_both_cards(w) -> None:
+    text = w.plan.text()
+    assert w.plan.n == 46 and "N = 46 paired seeds" in text and "delta: 0.01 nats (stats.delta)" in text
+    assert "gates: the warm-up's Wikipedia held-out loss >= 1 nat below the context-free baseline" in text
+    for card in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        assert f"  {card}: " in text
+    assert text.count("seeds per window:") == 2 and text.count("windows to N:") == 2
+    # every figure says whether it was measured or assumed
+    assert "(assumed)" in text and "measured:" in text
+    # K and the ratio come from the arm configs: FE across passes' K = floor(1 / 0.15) = 6, K-copy 4
+    assert w.plan.runs.cycle == 6 and w.plan.runs.passes["fe_subword"] == pytest.approx(
+        w.plan.runs.passes["mlm_subword"] / 4)
+    assert w.plan.problems == []
 
 
-def test_the_plan_refuses_what_cannot_run() -> None:
-    tight = raw()
-    tight["estimate"]["budget_minutes"] = 0.5
-    with pytest.raises(UserError, match="seeds fit"):
-        make_plan(tight, REPO)
-    many = raw()
-    many["gpu"]["passes"] = 40
-    with pytest.raises(UserError, match="max_passes"):
-        make_plan(many, REPO)
-    unsized = raw()
-    unsized["common"] = [o for o in unsized["common"] if not o.startswith("trainer.batch_size")]
-    with pytest.raises(UserError, match="trainer.batch_size"):
-        make_plan(unsized, REPO)
+def test_seeds_per_window_and_windows_to_n_follow_the_unit_costs(w) -> None:
+    g, runs = copy.deepcopy(w.g), w.plan.runs
+    g.downstream.pretrain_seeds = 0
+    card = g.cards[0]
+    plan = gpu_plan.card_plan(g, card, runs, 46, 480.0, ARMS)
+    part = {name: s for name, s, _ in plan.parts}
+    fixed = card.startup_s.value + card.results_s.value + g.window.margin_s
+    assert plan.later_window == int((480 - fixed) // part["one seed's arms"])
+    assert plan.first_window == int((480 - fixed - part["warm-up"]) // part["one seed's arms"])
+    assert plan.windows == 1 + math.ceil((46 - plan.first_window) / plan.later_window)
+    # what earlier windows measured on this card replaces the unit costs
+    slow = gpu_plan.card_plan(g, card, runs, 46, 480.0, ARMS, measured={"arms": 100.0})
+    assert slow.later_window == int((480 - fixed) // 100.0) and "measured" in slow.parts[2][2]
 
 
-def test_the_plans_flops_formula_counts_the_built_model() -> None:
-    from transformers import BertConfig, BertForMaskedLM
+def test_arms_that_do_not_cover_one_cycle_of_visits_are_refused(w) -> None:
+    counts = {k: getattr(w.g.expected, k) for k in ("warmup_train_blocks", "warmup_validation_blocks",
+                                                    "arms_train_blocks", "arms_validation_blocks")}
+    counts["arms_train_blocks"] *= 10
+    from femlm.study import gpu_configs as configs
+
+    runs = gpu_plan.read_runs(configs.warmup(w.exp), configs.arms(w.exp), {}, counts, "test")
+    assert runs.problems and "one full cycle of K = 6 visits" in runs.problems[0]
+    plan = gpu_plan.make_plan(w.g, 8, runs, ARMS, [0.01, 0.01], counts)
+    assert "REFUSED" in plan.text()
+    with pytest.raises(UserError, match="one full cycle"):
+        plan.refuse()
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta-prelayernorm"])
+def test_the_plans_model_counts_match_the_built_model(model_type: str) -> None:
+    from transformers import AutoConfig, AutoModelForMaskedLM
 
     from femlm.train.flops import flop_counts
 
-    arch = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-    model = BertForMaskedLM(BertConfig(vocab_size=100, **arch))
-    assert bert_flops(arch, 100) == flop_counts(model)
+    arch = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+            "max_position_embeddings": 66, "type_vocab_size": 1}
+    model = AutoModelForMaskedLM.from_config(AutoConfig.for_model(model_type, vocab_size=100, **arch))
+    assert gpu_plan.bert_flops(arch, 100) == flop_counts(model)
+    assert gpu_plan.bert_parameters({**arch, "model_type": model_type}, 100) == sum(p.numel() for p in model.parameters())
 
 
-def test_every_arm_composes_with_the_same_rows_per_step() -> None:
-    from femlm.study.gpu import arm_config
+# ---------------------------------------------------------------------------------------------- the typed block
+@pytest.mark.parametrize("edit, message", [
+    (lambda g: g["analysis"].update(procedur="holm"), "experiment.gpu.analysis.procedur: no such key; did you mean "
+                                                      "experiment.gpu.analysis.procedure?"),
+    (lambda g: g["window"].update(margin_s="soon"), "experiment.gpu.window.margin_s='soon': expected float"),
+    (lambda g: g["analysis"].update(procedure="bonferoni"), "experiment.gpu.analysis.procedure='bonferoni': allowed holm"),
+    (lambda g: g["warmup"].update(policy="each"), "experiment.gpu.warmup.policy='each': allowed carried, per_window"),
+    (lambda g: g["cards"][0]["reference"].pop("rows"), "experiment.gpu.cards[0].reference.rows is missing"),
+])
+def test_a_bad_gpu_block_is_one_line_naming_the_key(edit, message) -> None:
+    from femlm.experiment.gpu_schema import check
 
-    plan = raw()
-    cfgs = {arm: arm_config(plan, arm, 10) for arm in plan["pretrain"]["arms"]}
-    assert {c.masking.name for c in cfgs.values()} == set(plan["pretrain"]["arms"])
-    assert {c.trainer.batch_size for c in cfgs.values()} == {256}
-    assert {c.trainer.equal_compute for c in cfgs.values()} == {"same_rows"}
-    assert {c.runtime.compile for c in cfgs.values()} == {False}
-
-
-def _fake_run(folder: Path, arm: str, seed: int, shift: float) -> None:
-    folder.mkdir(parents=True)
-    records = [{"step": s, "eval_loss": 7.0 - 0.4 * s + shift + 0.01 * ((seed * 7 + s) % 3), "train_flops": 1e12 * s}
-               for s in range(6)]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {"kind": "pretrain", "command": "pretrain-scratch", "masking": arm, "seed": seed, "steps": 5,
-               "rows_per_step": 256, "sequences_per_step": 64 if arm == "fe_subword" else 256, "passes": 12.0,
-               "final_eval_loss": records[-1]["eval_loss"], "row_tokens_per_s": 1.0e6}
-    (folder / "summary.json").write_text(json.dumps(summary))
+    raw = copy.deepcopy(load("study_gpu").raw)
+    edit(raw["gpu"])
+    with pytest.raises(UserError) as err:
+        check(parse(Experiment, raw, "study_gpu.yaml", "experiment").gpu, "study_gpu.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_results_use_complete_seeds_only_and_read_each_comparison_from_its_interval(tmp_path: Path) -> None:
+def test_a_misspelt_key_in_the_file_exits_2_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from femlm.experiment import cli, schema
+
+    text = (schema.conf_dir() / "study_gpu.yaml").read_text().replace("      margin_s: 30", "      margn_s: 30")
+    (tmp_path / "study_gpu.yaml").write_text(text)
+    monkeypatch.setattr(schema, "conf_dir", lambda: tmp_path)
+    assert cli.main(["study_gpu", "--plan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "experiment.gpu.window.margn_s: no such key" in err
+
+
+# ---------------------------------------------------------------------------------------------- windows
+def _record(seed: int, code: str = "c0", losses: dict[str, float] | None = None, status: str = "complete") -> dict:
+    losses = losses or {a: 5.0 for a in ARMS}
+    return {"seed": seed, "status": status, "failed_arms": [], "card": "NVIDIA H200", "window": "w1",
+            "warmup_sha256": "w" * 64, "study_code": {"sha256": code, "sdpa_backend": "efficient", "torch": "2.13"},
+            "seconds": {"arms": 20.0, "downstream": 0.0}, "downstream": {},
+            "arms": {a: {"final_eval_loss": v, "first_eval_loss": 6.0, "row_tokens_per_s": 1e6,
+                         "gate": {"passed": True, "warmup_loss": 6.0, "final_loss": v}} for a, v in losses.items()}}
+
+
+def test_seeds_of_other_study_code_or_another_warmup_are_refused(tmp_path: Path) -> None:
+    gpu_windows.write_seed(tmp_path, 1, _record(1), {})
+    gpu_windows.check_pooling(tmp_path, {"sha256": "c0"}, "w" * 64)
+    with pytest.raises(UserError, match="other study code .*sdpa_backend.*never pooled"):
+        gpu_windows.check_pooling(tmp_path, {"sha256": "c1", "sdpa_backend": "flash", "torch": "2.13"}, "w" * 64)
+    with pytest.raises(UserError, match="another warm-up"):
+        gpu_windows.check_pooling(tmp_path, {"sha256": "c0"}, "v" * 64)
+    with pytest.raises(UserError, match="never written again"):
+        gpu_windows.write_seed(tmp_path, 1, _record(1), {})
+
+
+def test_the_study_code_fingerprint_ignores_docstrings_but_not_code(tmp_path: Path) -> None:
+    from femlm.runtime.config import RuntimeConfig
+
+    for entry in gpu_windows.CODE:
+        src = REPO / entry
+        dst = tmp_path / entry
+        if src.is_dir():
+            dst.mkdir(parents=True)
+            for f in src.glob("*.py"):
+                (dst / f.name).write_text(f.read_text())
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(src.read_text())
+    rt = RuntimeConfig()
+    before = gpu_windows.study_code(rt, tmp_path)["sha256"]
+    loop = tmp_path / "femlm/train/loop.py"
+    loop.write_text(loop.read_text().replace('"""`run_pretrain`: the one', '"""`run_pretrain`: THE one'))
+    assert gpu_windows.study_code(rt, tmp_path)["sha256"] == before
+    loop.write_text(loop.read_text().replace("max_steps, every = core.max_steps", "max_steps, every = 1 + core.max_steps"))
+    assert gpu_windows.study_code(rt, tmp_path)["sha256"] != before
+    rt.sdpa_backend = "math"
+    assert gpu_windows.study_code(rt, tmp_path)["sdpa_backend"] == "math"
+
+
+def test_n_is_revised_once_upward_from_the_paired_sd_only(tmp_path: Path) -> None:
+    g = load("study_gpu").gpu
+    rng = np.random.default_rng(1)
+    for seed in range(1, 6):  # paired SD ~0.03 > 0.0187: N goes up
+        noise = rng.normal(0, 0.03, 2)
+        losses = {"mlm_subword": 5.0, "fe_passes_subword": 5.0 + noise[0], "fe_subword": 5.2 + noise[1]}
+        gpu_windows.write_seed(tmp_path, seed, _record(seed, losses=losses), {})
+    line = gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], [0.01, 0.01], "w1")
+    rev = gpu_windows.revision(tmp_path)
+    assert line and rev["n"] > 46 == rev["n_declared"]
+    # the mean shift of fe_subword (+0.2) does not enter: only the SDs
+    sds = gpu_windows.paired_sds(gpu_windows.records(tmp_path), "mlm_subword", ARMS[1:])
+    assert rev["sd_used"] == pytest.approx(max(sds.values()))
+    gpu_windows.write_seed(tmp_path, 6, _record(6), {})
+    assert gpu_windows.maybe_revise(tmp_path, g, "mlm_subword", ARMS[1:], [0.01, 0.01], "w2") is None  # never again
+
+
+def test_prepared_data_is_reused_only_when_its_settings_are_equal(tmp_path: Path) -> None:
+    from femlm.study import gpu_data
+
+    exp = load("study_gpu", smoke=True)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    settings = gpu_data.settings(exp)
+    (folder / "data.json").write_text(json.dumps({"settings": settings, "corpora": {}}))
+    assert gpu_data.prepared(exp, tmp_path) is not None
+    other = copy.deepcopy(settings)
+    other["arms"]["domain"]["max_documents"] = 21
+    (folder / "data.json").write_text(json.dumps({"settings": other}))
+    assert gpu_data.prepared(exp, tmp_path) is None
+    with pytest.raises(UserError, match=r"prepared with other settings \(arms differ"):
+        gpu_data.load(exp, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- the README
+def _warmup(out: Path, passed: bool = True) -> None:
+    (out / "warmup").mkdir(parents=True)
+    gate = {"passed": passed, "loss": 4.9, "baseline": 6.2, "margin": 1.0, "below_baseline": 1.3}
+    (out / "warmup" / "warmup.json").write_text(json.dumps({
+        "gate": gate, "passed": passed, "card": "NVIDIA H200", "window": "w1", "domain": "wikipedia",
+        "baseline": {"unigram_loss": 6.9, "targets": 1000}, "checkpoint_sha256": "a" * 64}))
+
+
+def test_before_n_the_readme_shows_gates_count_speeds_and_cards_and_nothing_that_compares(w, tmp_path: Path) -> None:
     from femlm.study.gpu_results import write_results
 
-    plan = raw()
-    gp = make_plan(plan, REPO)
-    shifts = {"mlm_subword": 0.0, "fe_passes_subword": 0.0, "fe_subword": 0.2}  # K-copy clearly worse, passes tied
-    runs = tmp_path / "runs"
-    for seed in (1, 2, 3, 4):
-        for arm, shift in shifts.items():
-            _fake_run(runs / f"seed_{seed}" / arm, arm, seed, shift)
-    _fake_run(runs / "seed_5.partial" / "mlm_subword", "mlm_subword", 5, 0.0)  # a seed cut before its other arms
-    readme = write_results(plan, gp, runs, tmp_path / "out").read_text()
-    study = json.loads((tmp_path / "out" / "study.json").read_text())
-    assert study["seeds_complete"] == [1, 2, 3, 4]
-    comps = {c["key"]: c for c in study["comparisons"]}
-    worse = comps["training_loss/same_rows/fe_subword/final_loss"]  # K-copy's loss is 0.2 higher in every seed
-    assert (worse["family"], worse["reading"]) == ("confirmatory", "against FE") and worse["low"] > 0
-    assert worse["p_adjusted"] >= worse["p"]  # Holm over the two confirmatory comparisons
-    tied = comps["training_loss/same_rows/fe_passes_subword/final_loss"]
-    assert (tied["family"], tied["reading"]) == ("confirmatory", "not decided") and tied["low"] <= 0 <= tied["high"]
-    assert {c["family"] for k, c in comps.items() if not k.endswith("/final_loss") or "vs" in k} == {"exploratory"}
-    assert (tmp_path / "out" / "comparisons.csv").is_file() and "### The declared family: confirmatory" in readme
-    # the writer edits nothing outside its output folder (README.md's block is the runner's last step)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"]
+    out = tmp_path / "out"
+    _warmup(out)
+    for seed in (1, 2, 3):
+        gpu_windows.write_seed(out, seed, _record(seed, losses={"mlm_subword": 5.1234, "fe_passes_subword": 5.0111,
+                                                                "fe_subword": 5.3999}), {})
+    readme = write_results(w.exp, w.plan, out, {"window": "w1", "card": "NVIDIA H200", "parts_s": {"seeds": 60.0},
+                                                 "seeds": [{"seed": 1, "status": "complete"}]}).read_text()
+    assert "**3 of 46 seeds.**" in readme and "passed" in readme and "NVIDIA H200" in readme
+    assert "row tokens/s" in readme and "9 of 9 runs ended below" in readme
+    body = readme.split("## Where the study stands")[1]  # after the declarations (which say how it will read)
+    for word in ("5.1234", "5.0111", "5.3999", "favours", "against FE", "**not decided**", "Holm-adjusted", "[-"):
+        assert word not in body
+    study = json.loads((out / "study.json").read_text())
+    assert study["comparisons"] is None and not study["decided_at_n"] and not (out / "comparisons.csv").exists()
 
 
-def _four_seeds(runs: Path, plan: dict) -> None:
-    for seed in (1, 2, 3, 4):
-        for arm in plan["pretrain"]["arms"]:
-            _fake_run(runs / f"seed_{seed}" / arm, arm, seed, 0.2 if arm == "fe_subword" else 0.0)
+def test_a_stopped_study_reads_not_decided(w, tmp_path: Path) -> None:
+    from femlm.study.gpu_results import write_results
+
+    out = tmp_path / "out"
+    _warmup(out, passed=False)
+    readme = write_results(w.exp, w.plan, out).read_text()
+    assert "**Not decided: the study stopped** at the warm-up's gate" in readme and "**failed**" in readme
 
 
-@pytest.mark.parametrize("unigram_loss, gated", [(5.5, False), (5.1, True)])
-def test_no_loss_comparison_is_read_while_every_arm_sits_at_the_unigram_plateau(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unigram_loss: float, gated: bool) -> None:
-    from femlm.study import gpu_results
-
-    plan = raw()
-    _four_seeds(tmp_path / "runs", plan)  # final held-out losses 5.0-5.22
-    base = {"loss": unigram_loss, "top_token": "the", "top_share": 0.044, "held_out_tokens": 1000,
-            "sha256": {"train.pt": "0" * 64}}
-    monkeypatch.setattr(gpu_results, "unigram_baseline", lambda data_dir: base)
-    readme = gpu_results.write_results(plan, make_plan(plan, REPO), tmp_path / "runs", tmp_path / "out").read_text()
-    study = json.loads((tmp_path / "out" / "study.json").read_text())
-    readings = {c["key"]: c["reading"] for c in study["comparisons"]}
-    assert bool(study["gated"]) is gated and ("**Gate: no arm left the unigram plateau" in readme) is gated
-    # the K-copy arm's 0.2 higher loss is read as against FE only when the models learned beyond token frequencies
-    assert readings["training_loss/same_rows/fe_subword/final_loss"] == ("not decided" if gated else "against FE")
-    if gated:
-        assert set(readings.values()) == {"not decided"}
-
-
+# ---------------------------------------------------------------------------------------------- the smoke study
 @pytest.mark.slow
-def test_the_smoke_study_runs_in_one_process_and_continues_where_it_stopped(tmp_path: Path) -> None:
+def test_the_smoke_study_runs_end_to_end_through_the_loop_and_a_later_window_continues(tmp_path: Path) -> None:
     if not MIRROR.is_dir():
         pytest.skip("needs the data mirror at ../shared/data")
     env = {**os.environ, "FEMLM_MIRROR": str(MIRROR), "FEMLM_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO)}
+    out = tmp_path / "out"
     cmd = [sys.executable, "-m", "femlm.experiment", "study_gpu", "--smoke", "--runs", str(tmp_path / "runs"),
-           "--out", str(tmp_path / "out")]
-    first = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=600)
+           "--out", str(out)]
+    first = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "the power rule asks for" in first.stdout and "3 seeds trained now, 0 before" in first.stderr
-    study = json.loads((tmp_path / "out" / "study.json").read_text())
-    assert study["seeds_complete"] == [1, 2, 3] and len(study["runs"]) == 9
-    summaries = [r for r in study["runs"] if r["seed"] == 1]
-    assert {r["rows_per_step"] for r in summaries} == {16}  # the same rows per step for every arm
-    # what made each arm's run, and the plan it ran under, are on disk for the results (and --compare)
-    made = json.loads((tmp_path / "runs" / "seed_1" / "mlm_subword" / "run.json").read_text())
-    assert made["packages"]["torch"] and made["hardware"]["cpu"] and made["git_commit"]
-    assert json.loads((tmp_path / "runs" / "plan.json").read_text())["seeds"] == [1, 2, 3]
-    assert study["environment"]["runs"] == 9 and study["unigram_baseline"]["loss"] > 0
-    # A run cut in seed 3 keeps seeds 1 and 2; the next invocation trains seed 3 alone and gets the same numbers.
-    before = json.loads((tmp_path / "runs" / "seed_3" / "fe_subword" / "summary.json").read_text())
-    (tmp_path / "runs" / "seed_3").rename(tmp_path / "runs" / "seed_3.partial")
-    again = subprocess.run(cmd, env={**env, "FEMLM_MIRROR": ""}, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert "N = 3 paired seeds" in first.stdout and "3 seeds kept now; 3 of 3 complete" in first.stderr
+    study = json.loads((out / "study.json").read_text())
+    assert study["seeds_complete"] == [1, 2, 3] and study["decided_at_n"] and study["warmup"]["passed"]
+    # every run went through the loop: the CLI's files, the seed as cfg.seed, the fingerprints
+    arm = out / "seeds" / "seed_002" / "fe_passes_subword"
+    summary = json.loads((arm / "summary.json").read_text())
+    assert summary["vocabulary_sha256"] and summary["corpus"]["sha256"]["train"]
+    assert "seed: 2" in (arm / "config.yaml").read_text() and json.loads((arm / "run.json").read_text())["packages"]
+    record = json.loads((out / "seeds" / "seed_001" / "seed.json").read_text())
+    assert set(record["downstream"]) == set(ARMS) and "collapsed" in record["downstream"]["fe_subword"]["aclarc"]
+    assert (out / "warmup" / "checkpoint" / "config.json").is_file() and "Downstream (secondary" in \
+        (out / "README.md").read_text()
+    # A window cut in seed 3 keeps seeds 1 and 2; the next (without the mirror) trains seed 3 alone, identically.
+    before = json.loads((out / "seeds" / "seed_003" / "seed.json").read_text())
+    import shutil
+
+    shutil.rmtree(out / "seeds" / "seed_003")
+    again = subprocess.run(cmd, env={**env, "FEMLM_MIRROR": ""}, capture_output=True, text=True, cwd=REPO, timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "1 seeds trained now, 2 before" in again.stderr
-    after = json.loads((tmp_path / "runs" / "seed_3" / "fe_subword" / "summary.json").read_text())
-    assert after["final_eval_loss"] == before["final_eval_loss"]
-
-
-def test_a_declared_comparison_the_results_lack_stays_in_the_family_undecided(tmp_path: Path) -> None:
-    from femlm.study.gpu_results import write_results
-
-    plan = raw()
-    plan["stats"] = {**plan["stats"], "confirmatory": [*plan["stats"]["confirmatory"],
-                                                       "training_loss/same_rows/fe_typo/final_loss"]}
-    _four_seeds(tmp_path / "runs", plan)
-    write_results(plan, make_plan(plan, REPO), tmp_path / "runs", tmp_path / "out")
-    comps = {c["key"]: c for c in json.loads((tmp_path / "out" / "study.json").read_text())["comparisons"]}
-    typo = comps["training_loss/same_rows/fe_typo/final_loss"]
-    assert (typo["family"], typo["reading"]) == ("confirmatory", "not decided") and typo["estimate"] is None
-    # three in the family now, the one without a result counted at p = 1 (what that does to the others' Holm p:
-    # tests/test_study_verdicts.py, test_a_missing_member_counts_at_p_one_so_the_family_does_not_shrink)
-    assert sum(c["family"] == "confirmatory" for c in comps.values()) == 3 and "no result" in typo["why"]
-
-
-def test_a_shorter_window_fits_fewer_seeds_and_a_bad_budget_is_refused() -> None:
-    full = make_plan(raw(), REPO)
-    short = make_plan(copy.deepcopy(load("study_gpu", budget_minutes=3.2).raw), REPO)
-    assert short.budget_s == pytest.approx(192) and full.budget_s == pytest.approx(480)
-    assert 2 <= len(short.seeds) < len(full.seeds) and short.total_s <= short.budget_s
-    with pytest.raises(UserError, match="--budget-minutes"):
-        load("study_gpu", budget_minutes=0)
+    assert "carried warm-up" in again.stderr and "1 seeds kept now; 3 of 3 complete" in again.stderr
+    after = json.loads((out / "seeds" / "seed_003" / "seed.json").read_text())
+    assert {a: r["final_eval_loss"] for a, r in after["arms"].items()} == \
+        {a: r["final_eval_loss"] for a, r in before["arms"].items()}
+    assert len((out / "windows.jsonl").read_text().splitlines()) == 2

@@ -143,6 +143,19 @@ class DomainConfig:
     # Public sources that stand for the paper's corpus (preset=paper reads these: sources: ${domain.paper_sources}).
     paper_sources: list[str] = field(default_factory=list)
     paper_corpus: str = ""  # what the paper trained on, for notes ("S2ORC CS papers (DAPT's CS corpus)")
+    # A corpus's own held-out split (same syntax as `sources`, e.g. [enwiki:valid]): when given, its documents are
+    # the validation split and every document of `sources` trains (validation_fraction is not used; a held-out
+    # document equal to a training one is dropped); `max_documents` then samples the training documents only.
+    validation_sources: list[str] = field(default_factory=list)
+    # Sources whose documents train the WordPiece vocabulary when a run trains one (pretrain-scratch without
+    # model.tokenizer, `femlm prepare` without a checkpoint); empty: the domain's own (sampled) documents. Two
+    # domains that name the same sources share one vocabulary (femlm.train.inputs.shared_wordpiece).
+    vocabulary_sources: list[str] = field(default_factory=list)
+
+    @property
+    def all_sources(self) -> list[str]:
+        """Every source a prepared corpus reads, in canonical order: `sources`, then `validation_sources`."""
+        return [*self.sources, *self.validation_sources]
 
     def validate(self) -> None:
         from femlm.data.hub import is_hub_source, parse_hub
@@ -151,7 +164,7 @@ class DomainConfig:
             raise UserError(f"domain.sources is empty (domain {self.name}): list registry corpora, local files "
                             "or Hugging Face datasets, e.g. [s2orc:cs, csabstruct, arxiv_cs], "
                             "[file:/data/corpus/*.txt] or [hf:allenai/c4?config=realnewslike]")
-        for spec in [*self.sources, *self.paper_sources]:
+        for spec in [*self.sources, *self.paper_sources, *self.validation_sources, *self.vocabulary_sources]:
             if spec.startswith("file:") and not spec[5:].strip():
                 raise UserError(f"domain.sources entry {spec!r} (domain {self.name}): give a file, directory or "
                                 "glob after file:, e.g. file:/data/corpus/*.txt")

@@ -45,7 +45,8 @@ __all__ = ["blocks_dir", "blocks_meta", "load_documents", "prepare_blocks", "tok
 
 def load_documents(domain: DomainConfig, download: DownloadConfig, seed: int = 0) -> list[str]:
     """The domain's documents in memory: every source's, stripped, empty ones and exact duplicates dropped,
-    in source order; with ``domain.max_documents`` the seeded sample `prepare_blocks` would use."""
+    in source order; with ``domain.max_documents`` the seeded sample `prepare_blocks` would use. The documents of
+    ``domain.validation_sources`` (a corpus's own held-out split) are not among them."""
     if not domain.sources:
         raise UserError(f"domain.sources is empty (domain {domain.name}): list registry corpora, "
                         "file:<path or glob> or hf:<dataset>")

@@ -4,14 +4,17 @@ A domain's local corpus is the union of its sources' documents (`femlm.data.corp
 Sources are registry names with an optional option after a colon: ``s2orc:cs`` keeps Computer Science
 papers, ``hyperpartisan_news:train`` keeps the articles outside the task's dev/test splits (task text: no
 domain preset uses it, since the paper and DAPT never pre-trained on task text; it is there for task-adaptive
-pre-training experiments).
+pre-training experiments). A corpus published in splits takes the split as its option: ``enwiki:train``,
+``acl_scisumm:valid`` (a domain lists its held-out split under ``validation_sources``).
 """
 
 from __future__ import annotations
 
 import csv
 import html
+import lzma
 import re
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -144,6 +147,61 @@ def hyperpartisan_documents(paths: dict[str, Path], option: str | None = None) -
     return [_title_body(a.title, a.text) for i, a in articles.items() if i in keep and a.text]
 
 
+def wikiextractor_documents(path: Path) -> list[str]:
+    """WikiExtractor output (xz): a document per ``<doc ...>`` ... ``</doc>`` article, its title line and
+    paragraphs one per line, blank lines dropped; an article that is its title alone is not a document."""
+    docs: list[str] = []
+    current: list[str] | None = None
+    with lzma.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("<doc "):
+                current = []
+            elif line.startswith("</doc>"):
+                if current is not None and len(current) > 1:
+                    docs.append("\n".join(current))
+                current = None
+            elif current is not None and line.strip():
+                current.append(line.strip())
+    if not docs:
+        raise UserError(f"{path}: no <doc ...> articles; expected WikiExtractor output compressed with xz")
+    return docs
+
+
+# A sentence element <S ...>...</S>, by pattern on the raw bytes: 75 of the ACL files are not well-formed XML and
+# 55 not UTF-8 (shared/data/MANIFEST.md). `<S(\s...)?>` and not `<S[^>]*>`, which also opens at <SECTION ...> and
+# would glue the section tag and the section's first sentence together; DOTALL: a few sentences span lines.
+_SENTENCE = re.compile(rb"<S(?:\s[^>]*)?>(.*?)</S>", re.S)
+
+
+def scisumm_sentences(raw: bytes) -> list[str]:
+    """The sentences of one CL-SciSumm paper XML: decoded with replacement characters (legacy 8-bit bytes),
+    entities resolved, whitespace squashed, empty ones dropped."""
+    out = []
+    for match in _SENTENCE.findall(raw):
+        sentence = _squash(html.unescape(match.decode("utf-8", errors="replace")))
+        if sentence:
+            out.append(sentence)
+    return out
+
+
+def scisumm_documents(path: Path) -> list[str]:
+    """CL-SciSumm paper XMLs in a tar.xz: a document per paper, its ``<S>`` sentences one per line, in member
+    order; a paper without sentences (one file is an empty ``<PAPER>``) is no document."""
+    docs = []
+    with tarfile.open(path, "r:xz") as archive:
+        for member in archive:
+            handle = archive.extractfile(member) if member.isfile() else None
+            if handle is None:
+                continue
+            with handle:
+                sentences = scisumm_sentences(handle.read())
+            if sentences:
+                docs.append("\n".join(sentences))
+    if not docs:
+        raise UserError(f"{path}: no <S> sentences in any member; expected a tar.xz of CL-SciSumm paper XML files")
+    return docs
+
+
 # format -> reader(paths by role, option) for every corpus format of the registry.
 SourceReader = Callable[[dict[str, Path], str | None], list[str]]
 
@@ -152,8 +210,20 @@ def _per_file(fn: Callable[[Path], list[str]], suffixes: tuple[str, ...]) -> Sou
     def read(paths: dict[str, Path], option: str | None) -> list[str]:
         if option:
             raise UserError(f"source option :{option} is not supported by this corpus (only s2orc:cs, "
-                            "hyperpartisan_news:train|all)")
+                            "hyperpartisan_news:train|all and the split of a corpus published in splits, e.g. "
+                            "enwiki:train)")
         return [doc for role in sorted(paths) if paths[role].name.endswith(suffixes) for doc in fn(paths[role])]
+    return read
+
+
+def _by_role(fn: Callable[[Path], list[str]]) -> SourceReader:
+    """A corpus published in splits (one file per role): the option picks a split (``enwiki:train``); none reads
+    every file, in the registry's order."""
+    def read(paths: dict[str, Path], option: str | None) -> list[str]:
+        if option is not None and option not in paths:
+            raise UserError(f"source option :{option} is not a split of this corpus; allowed "
+                            f"{', '.join(f':{role}' for role in paths)} (or none: every split)")
+        return [doc for role in paths if option in (None, role) for doc in fn(paths[role])]
     return read
 
 
@@ -165,4 +235,6 @@ READERS: dict[str, SourceReader] = {
     "reuters_sgm": _per_file(reuters_documents, (".sgm",)),
     "s2orc_metadata": lambda paths, option: s2orc_documents(paths["metadata"], option),
     "semeval_hyperpartisan": hyperpartisan_documents,
+    "wikiextractor_xz": _by_role(wikiextractor_documents),
+    "scisumm_xml_tar": _by_role(scisumm_documents),
 }

@@ -74,10 +74,14 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 def corpus_key(domain: DomainConfig, tokenizer: Any, block_size: int, download: DownloadConfig,
                seed: int) -> dict[str, Any]:
     """Everything that changes the prepared corpus (resolving Hub sources to their commit)."""
-    return {"storage": STORAGE_FORMAT, "readers": READERS_VERSION,
-            "sources": [source_key(spec, download) for spec in domain.sources],
-            "tokenizer": tokenizer_fingerprint(tokenizer), "block_size": block_size,
-            "max_documents": domain.max_documents, "seed": seed, "validation_fraction": domain.validation_fraction}
+    key = {"storage": STORAGE_FORMAT, "readers": READERS_VERSION,
+           "sources": [source_key(spec, download) for spec in domain.sources],
+           "tokenizer": tokenizer_fingerprint(tokenizer), "block_size": block_size,
+           "max_documents": domain.max_documents, "seed": seed, "validation_fraction": domain.validation_fraction}
+    if domain.validation_sources:  # only then: the keys (and cache directories) of other corpora stay as they were
+        key.update(validation_sources=[source_key(spec, download) for spec in domain.validation_sources],
+                   validation_fraction=None)
+    return key
 
 
 def corpus_dir(key: dict[str, Any], domain: DomainConfig, download: DownloadConfig,
@@ -88,7 +92,7 @@ def corpus_dir(key: dict[str, Any], domain: DomainConfig, download: DownloadConf
 
 
 def _where(domain: DomainConfig) -> str:
-    return f"domain {domain.name} (sources {describe_sources(list(domain.sources))}): "
+    return f"domain {domain.name} (sources {describe_sources(domain.all_sources)}): "
 
 
 def no_documents(domain: DomainConfig) -> UserError:
@@ -208,7 +212,7 @@ def prepare_corpus(domain: DomainConfig, tokenizer: Any, block_size: int, downlo
 def _build(domain: DomainConfig, tokenizer: Any, block_size: int, download: DownloadConfig, seed: int,
            num_proc: int, progress: bool | None, tmp: Path) -> dict[str, Any]:
     start = time.perf_counter()
-    units = plan_units(list(domain.sources), download)
+    units = plan_units(domain.all_sources, download)
     n_workers = _worker_count(units, num_proc)
     expected = sum(u.rows or (u.nbytes // 2000) for u in units)
     show = progress if progress is not None else expected >= PROGRESS_ROWS or any(u.kind == "hf" for u in units)
@@ -224,11 +228,10 @@ def _build(domain: DomainConfig, tokenizer: Any, block_size: int, download: Down
         finally:
             bar.close()
         _check_sources(domain, scan)
-        hashes = np.concatenate([r.hashes for r in scan])
-        distinct = hashes[sample.first_occurrence(hashes)]
+        distinct, held_out = _sample_pool(domain, scan)
         if domain.max_documents > len(distinct):
             raise sample_too_large(domain, len(distinct))
-        keep = sample.sample_hashes(distinct, domain.max_documents, seed)
+        keep = np.union1d(sample.sample_hashes(distinct, domain.max_documents, seed), held_out)
         np.save(tmp / "keep.npy", keep)
         job = workers.Job("tokenize", download, str(tmp), job.tokenizer_json, dtype.name, str(tmp / "keep.npy"))
         needed = [i for i, r in enumerate(scan) if sample.member(r.hashes, keep).any()]
@@ -245,6 +248,8 @@ def _build(domain: DomainConfig, tokenizer: Any, block_size: int, download: Down
     meta = _assemble(domain, results, tmp, block_size, dtype, seed)
     elapsed = time.perf_counter() - start
     tokens = meta["train"]["tokens"] + meta["validation"]["tokens"]
+    if domain.validation_sources:
+        meta.update(validation_sources=list(domain.validation_sources))
     meta.update(storage=STORAGE_FORMAT, domain=domain.name, dtype=dtype.name, block_size=block_size,
                 vocab_size=vocab, sources=list(domain.sources), sample=sampled, workers=n_workers,
                 rows_read=int(sum(r.rows for r in results)), seconds=round(elapsed, 3),
@@ -254,18 +259,38 @@ def _build(domain: DomainConfig, tokenizer: Any, block_size: int, download: Down
     return meta
 
 
+def _sample_pool(domain: DomainConfig, scan: list[workers.UnitResult]) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct documents `max_documents` samples from, the held-out documents every sample keeps): every
+    document, and none, unless the domain has `validation_sources`: then its training documents, and every
+    held-out document that is not also a training one."""
+    hashes = np.concatenate([r.hashes for r in scan]) if scan else np.empty(0, np.uint64)
+    if not domain.validation_sources:
+        return hashes[sample.first_occurrence(hashes)], np.empty(0, np.uint64)
+    held = _held_out_mask(domain, scan)
+    train = np.unique(hashes[~held])
+    return train, np.setdiff1d(hashes[held], train)
+
+
+def _held_out_mask(domain: DomainConfig, results: list[workers.UnitResult]) -> np.ndarray:
+    """Per document of `results` (in order): read from one of `validation_sources`."""
+    n_train = len(domain.sources)
+    parts = [np.full(len(r.hashes), r.source >= n_train) for r in results]
+    return np.concatenate(parts) if parts else np.empty(0, bool)
+
+
 def _check_sources(domain: DomainConfig, results: list[workers.UnitResult]) -> None:
     """An hf: source whose filter kept nothing is an error (a typo in a filter would otherwise go unnoticed);
     so is a corpus without any document."""
     from femlm.data import hub
     from femlm.data.sources import kind_of
 
-    kept = [0] * len(domain.sources)
-    rows = [0] * len(domain.sources)
+    sources = domain.all_sources
+    kept = [0] * len(sources)
+    rows = [0] * len(sources)
     for r in results:
         kept[r.source] += r.nonempty
         rows[r.source] += r.rows
-    for i, spec in enumerate(domain.sources):
+    for i, spec in enumerate(sources):
         if kind_of(spec) == "hf" and kept[i] == 0:
             h = hub.parse_hub(spec)
             what = f"the filter {' and '.join(map(str, h.filters))} kept none" if h.filters else "no document in any"
@@ -283,7 +308,10 @@ def _assemble(domain: DomainConfig, results: list[workers.UnitResult], tmp: Path
     distinct = hashes[first]
     if len(distinct) < 2:
         raise too_few_documents(domain, len(distinct))
-    is_val = sample.member(hashes, sample.validation_hashes(distinct, domain.validation_fraction, seed)) & first
+    if domain.validation_sources:  # the corpus's own split: by source
+        is_val = _held_out_mask(domain, results) & first
+    else:
+        is_val = sample.member(hashes, sample.validation_hashes(distinct, domain.validation_fraction, seed)) & first
     is_train = first & ~is_val
     counts = {s: {"documents": 0, "tokens": 0} for s in ("train", "validation")}
     offset = 0

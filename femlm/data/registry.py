@@ -50,8 +50,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     **{group: tuple(n for n, e in REGISTRY.items() if e.group == group) for group in ("dapt", "glue", "corpora",
                                                                                        "tokenizers")},
     # Domains (femlm/conf/domain): the registry corpora a domain's stand-in corpus is built from.
-    **{name: tuple(dict.fromkeys(str(s).split(":")[0] for s in d.get("sources", []) if str(s).split(":")[0]
-                                 in REGISTRY)) for name, d in _conf("domain").items()},
+    **{name: tuple(dict.fromkeys(str(s).split(":")[0] for key in ("sources", "validation_sources", "vocabulary_sources")
+                                 for s in d.get(key, []) if str(s).split(":")[0] in REGISTRY))
+       for name, d in _conf("domain").items()},
 }
 # Names that mean a registry dataset: every task config's name (femlm/conf/task), and common spellings.
 ALIASES: dict[str, str] = {

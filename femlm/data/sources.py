@@ -30,10 +30,12 @@ from femlm.data.registry import ALIASES, REGISTRY, get_entry
 from femlm.data.streams import pieces, read_piece
 from femlm.errors import UserError
 
+REGISTRY_BATCH = 1000  # documents of a registry corpus handed on at a time
+
 
 @dataclass(frozen=True)
 class Unit:
-    source: int  # index into domain.sources
+    source: int  # index into the sources planned (domain.all_sources: sources, then validation_sources)
     spec: str  # the source as written (messages)
     kind: str  # registry | file | hf
     path: str = ""  # the file (kind file)
@@ -110,7 +112,9 @@ def read_unit(unit: Unit, download: DownloadConfig) -> Iterator[tuple[list[str],
     """Batches of (raw documents, rows read) of one unit; documents are not stripped nor deduplicated."""
     if unit.kind == "registry":
         docs = read_registry(unit.spec, download)
-        yield docs, len(docs)
+        for start in range(0, len(docs), REGISTRY_BATCH):  # a Wikipedia split is one unit: tokenize it in batches
+            batch = docs[start:start + REGISTRY_BATCH]
+            yield batch, len(batch)
     elif unit.kind == "file":
         for batch in read_piece(Path(unit.path), unit.part, unit.start, unit.stop):
             yield batch, len(batch)
@@ -144,7 +148,7 @@ def source_key(spec: str, download: DownloadConfig) -> Any:
 def check_sources(domain: Any, download: DownloadConfig) -> None:
     """Every source of a domain exists or is reachable: the first check of any command that reads a corpus, so
     an unreachable Hub corpus is one line before any model is loaded."""
-    for spec in domain.sources:
+    for spec in domain.all_sources:
         check_source(spec, domain.name, download)
 
 

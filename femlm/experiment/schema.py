@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from femlm.errors import UserError
+from femlm.experiment.gpu_schema import GpuStudy, check
 
 
 @dataclass
@@ -233,7 +234,7 @@ class Experiment:
     decomposition: Decomposition | None = None
     passes: Decomposition | None = None  # `femlm analyze passes` per variant (femlm.study.plan), same shape
     stats: Stats | None = None
-    gpu: dict[str, Any] | None = None  # the in-process GPU study (femlm.study.gpu, femlm.study.gpu_plan)
+    gpu: GpuStudy | None = None  # the in-process GPU study (femlm.experiment.gpu_schema; femlm.study.gpu)
     smoke: dict[str, Any] | None = None
     extras: dict[str, Any] | None = None
 
@@ -297,6 +298,8 @@ def load(name: str, smoke: bool = False, extras: bool = False, budget_minutes: f
             raise UserError(f"--budget-minutes {budget_minutes:g}: must be a positive number of minutes")
         plan = merge(plan, {"estimate": {"budget_minutes": float(budget_minutes)}})
     exp = parse(Experiment, plan, where, "experiment")
+    if exp.gpu is not None:
+        check(exp.gpu, where)
     exp.raw = plan
     return exp
 

@@ -1,255 +1,305 @@
-"""The in-process GPU study (`make study-gpu`: python -m femlm.experiment study_gpu; issue 39).
+"""The GPU study (`make study-gpu`: python -m femlm.experiment study_gpu; issue 45): one window per invocation.
 
-All arms and seeds train in ONE process (a femlm subprocess per run costs ~16 s of start-up, and a compile each,
-on an H100): femlm's pre-training step (femlm.train.core.PretrainCore: `step`, `evaluate`) on configs composed
-from the experiment file's `common` overrides plus each arm's `masking=`, exactly as `femlm pretrain-scratch`
-would compose them. Three steps for the runner:
+Every run goes through femlm's one training loop (femlm.train.loop.run_pretrain) in this one process, in a run
+directory of its own with what the CLI writes (config.yaml, run.json, metrics.jsonl, summary.json with the corpus's
+and the vocabulary's fingerprints), on the data the study prepared (femlm.study.gpu_data), with the window's
+deadline. Four steps for the runner:
 
-* prepare: the WordPiece vocabulary and the token blocks (femlm.train.inputs, from the mirror) copied into
-  ``<runs>/data`` (tokenizer/, train.pt, validation.pt, data.json), so the GPU machine needs neither the mirror nor
-  `datasets` (benchmarks/gpu_bundle.py runs this step on the CPU and carries the folder);
-* train: seed after seed, every arm of a seed into ``<runs>/seed_<s>.partial/<arm>/`` (metrics.jsonl, summary.json
-  in pretrain-scratch's layout), renamed to ``seed_<s>/`` once all arms finished, so a run cut at the time limit
-  keeps complete paired seeds and a re-run continues with the next seed. A seed starts only when the time
-  measured so far says it ends within the plan's budget;
-* results: femlm.study.gpu_results over the complete seeds.
+* prepare: the vocabulary, both corpora and the tasks' files into <runs>/data (beside the mirror), or checked;
+* warm-up: the carried checkpoint <out>/warmup/checkpoint checked against its sha256, or (the first window) the
+  warm-up trained, its gate checked (femlm.study.gpu_gates) and, passed, the checkpoint kept there to be
+  committed and carried to every later window;
+* seeds: seed after seed (the next not yet kept, up to N), every arm continued from the warm-up checkpoint, each
+  arm's gate, the downstream tasks for the first `gpu.downstream.pretrain_seeds` seeds, the seed kept at once
+  (femlm.study.gpu_windows); a seed starts only when its time fits before the deadline, and the loop's deadline
+  check drops a seed that does not finish;
+* results: femlm.study.gpu_results over the kept seeds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
-from femlm.experiment.runner import REPO
 from femlm.experiment.schema import Experiment
 from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
-from femlm.runs import RUN_MARKER, made_by
+from femlm.study import gpu_configs as configs
+from femlm.study import gpu_data, gpu_gates, gpu_plan, gpu_windows
 from femlm.study.driver import summaries_step
-from femlm.study.gpu_plan import GpuPlan, make_plan
 
-COMMAND = "pretrain-scratch"
-
-
-def arm_config(plan: dict[str, Any], arm: str, steps: int) -> Any:
-    """The typed config `femlm pretrain-scratch <common> masking=<arm> trainer.max_steps=<steps>` would run."""
-    from femlm.compose import compose
-    from femlm.config import validate
-
-    return validate(compose(COMMAND, [*plan["common"], f"masking={arm}", f"trainer.max_steps={steps}"]), COMMAND)
+LIGHT = ("summary.json", "metrics.jsonl", "config.yaml", "run.json")
 
 
-def data_settings(plan: dict[str, Any]) -> list[str]:
-    """The common overrides that decide the prepared tokenizer and blocks (a change needs a new preparation)."""
-    return [o for o in plan["common"] if o.startswith(("domain", "data.", "model.vocab_size", "model.tokenizer"))]
-
-
-def prepared(plan: dict[str, Any], folder: Path) -> dict[str, Any] | None:
-    """data.json of a prepared folder (None: not prepared); refused when prepared with other settings."""
-    if not (folder / "data.json").is_file():
-        return None
-    info = json.loads((folder / "data.json").read_text())
-    if info.get("settings") != data_settings(plan):
-        raise UserError(f"{folder} was prepared with {info.get('settings')}, the experiment file now says "
-                        f"{data_settings(plan)}: remove {folder} and prepare it again")
-    return info
-
-
-def data_counts(runs: Path) -> tuple[int | None, int | None]:
-    meta = runs / "data" / "data.json"
-    if not meta.is_file():
-        return None, None
-    info = json.loads(meta.read_text())
-    return int(info["train_blocks"]), int(info["validation_blocks"])
-
-
-PLAN_RAN = "plan.json"  # <runs>/plan.json: the plan the training step ran under (the last invocation's)
-
-
-# ---------------------------------------------------------------------------------------------- prepare
-def prepare(plan: dict[str, Any], runs: Path) -> str:
-    """Tokenizer and blocks into <runs>/data (once; the GPU machine receives the folder prepared)."""
-    out = runs / "data"
-    info = prepared(plan, out)
-    if info is not None:
-        return f"{out}: prepared already ({info['train_blocks']} training blocks)"
-    if not os.environ.get("FEMLM_MIRROR"):
-        raise UserError(f"{out} is not prepared and FEMLM_MIRROR is unset: prepare it on a machine with the mirror "
-                        "(python benchmarks/gpu_bundle.py does) or set FEMLM_MIRROR")
+def card_name() -> str:
     import torch
 
-    from femlm.models.load import load_tokenizer
-    from femlm.train import inputs
-    from femlm.train.distributed import DistInfo
+    from femlm.runs import cpu_model
 
-    cfg = arm_config(plan, plan["pretrain"]["reference"], 1)
-    vocab = inputs.shared_wordpiece(cfg)
-    tokenizer = load_tokenizer(str(vocab), cfg.download)
-    train, val = inputs.load_blocks(cfg, tokenizer, DistInfo())
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copytree(vocab, tmp / "tokenizer")
-    for name, blocks in (("train", train), ("validation", val)):
-        torch.save(blocks[torch.arange(blocks.shape[0])].to(torch.int32).clone(), tmp / f"{name}.pt")
-    info = {"domain": cfg.domain.name, "sources": list(cfg.domain.sources), "block_size": cfg.data.block_size,
-            "train_blocks": int(train.shape[0]), "validation_blocks": int(val.shape[0]),
-            "vocab_size": len(tokenizer), "tokenizer": "WordPiece trained on the corpus (femlm.train.inputs)",
-            "settings": data_settings(plan)}
-    (tmp / "data.json").write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, out)
-    return f"{out}: {info['train_blocks']} training and {info['validation_blocks']} held-out blocks of {cfg.data.block_size}"
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({cpu_model()})"
 
 
-# ---------------------------------------------------------------------------------------------- training
-def train_arm(cfg: Any, seed: int, data: dict[str, Any], device: Any, out: Path) -> dict[str, Any]:
-    """One arm and seed, as pretrain-scratch trains it (same seeding, step and evaluation), without checkpoints."""
-    import torch
+def checkpoint_sha256(folder: Path) -> tuple[str, dict[str, str]]:
+    """One digest over the checkpoint's files (names and contents), and each file's."""
+    from femlm.data.tokens import file_sha256
 
-    from femlm.masking.sampling import mix_seed
-    from femlm.models.load import construct_model
-    from femlm.models.resolve import resolve_scratch
-    from femlm.runtime.device import precision_name
-    from femlm.train import inputs
-    from femlm.train.core import NonFiniteLoss, PretrainCore
-    from femlm.train.distributed import DistInfo
-    from femlm.train.evaluation import build_eval_set
-    from femlm.train.loop import Progress
+    files = {p.name: file_sha256(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(), files
 
-    torch.manual_seed(seed)
-    tokenizer = data["tokenizer"]
-    model = construct_model(resolve_scratch(cfg.model, tokenizer, data["tokenizer_dir"], cfg.download))
-    core = PretrainCore(model, inputs.make_masker(cfg, tokenizer), data["train"], cfg.trainer, cfg.runtime, seed,
-                        DistInfo(device=device))
-    eval_set = build_eval_set(data["validation"], cfg.data.eval_blocks, cfg.data.eval_seed, tokenizer)
-    torch.manual_seed(mix_seed(seed, 1, 0))  # the dropout stream, as femlm.train.loop seeds it
-    progress, every = Progress(), data["eval_every"]
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.time()
-    latest: dict[str, float] = {}  # the last held-out evaluation
-    with (out / "metrics.jsonl").open("w") as fh:
-        def record(**rec: Any) -> None:
-            fh.write(json.dumps({**rec, **progress.seen(), "time": round(time.time() - t_start, 3)}) + "\n")
 
-        def evaluate(step: int) -> float:
-            loss, accuracy = core.evaluate(eval_set)
-            record(step=step, eval_loss=loss, eval_accuracy=accuracy)
-            latest["accuracy"] = accuracy
-            return loss
+def train(composed: configs.Composed, run_dir: Path, prepared: Any, deadline: float) -> dict[str, Any]:
+    """One pre-training run through the loop, in a run directory of its own (an earlier cut one is removed)."""
+    from femlm.config import command_config
+    from femlm.runs import start_run
+    from femlm.train.loop import run_pretrain
 
-        first = evaluate(0)
-        for step in range(1, core.max_steps + 1):
-            t0 = time.perf_counter()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run = start_run(command_config(composed.node, composed.command), run_dir, composed.command)
+    return run_pretrain(composed.cfg, run, prepared=prepared, deadline=deadline)
+
+
+class Window:
+    """One invocation of the study: its data, plan, deadline and what each step did (out/windows.jsonl)."""
+
+    def __init__(self, exp: Experiment, opts: Options) -> None:
+        self.exp, self.g = exp, exp.gpu
+        self.runs = (opts.runs or opts.root / exp.runs_dir).resolve()
+        self.out = (opts.out or opts.root / exp.out_dir).resolve()
+        self.warm_dir = self.out / "warmup"
+        self.stamp = opts.stamp
+        self.record: dict[str, Any] = {"window": opts.stamp, "parts_s": {}, "seeds": []}
+        # the configs the plan reads (composed once: they do not change within a window)
+        self.composed = (configs.warmup(exp), configs.arms(exp), {t: configs.finetune(exp, t) for t in exp.finetune.tasks})
+        self.plan = self.make_plan()
+
+    # ------------------------------------------------------------------------------------------ plan
+    def make_plan(self) -> gpu_plan.Plan:
+        data = gpu_data.prepared(self.exp, self.runs)
+        counts, counted = ((data.counts(), "prepared") if data is not None else
+                           ({k: getattr(self.g.expected, k) for k in ("warmup_train_blocks", "warmup_validation_blocks",
+                                                                       "arms_train_blocks", "arms_validation_blocks")},
+                            "expected: not prepared yet"))
+        runs = gpu_plan.read_runs(*self.composed, counts, counted)
+        revised, recs = gpu_windows.revision(self.out), gpu_windows.records(self.out)
+        return gpu_plan.make_plan(self.g, float(self.exp.estimate.budget_minutes), runs, self.exp.pretrain.arms,
+                                  self.deltas(), counts, done=len(gpu_windows.complete(recs)),
+                                  warmup_done=self.warmup_info().get("passed", False),
+                                  revised_sd=revised["sd_used"] if revised else None,
+                                  measured=gpu_plan.measured_pace(recs))
+
+    def deltas(self) -> list[float]:
+        """Each declared member's equivalence margin (stats.delta), in the family's order."""
+        return [float(self.exp.stats.delta[k]) for k in self.exp.stats.confirmatory if k in self.exp.stats.delta]
+
+    def deadline(self, runner: Any) -> float:
+        return runner.start + float(self.exp.estimate.budget_minutes) * 60 - self.g.window.margin_s
+
+    def card_plan(self) -> gpu_plan.CardPlan:
+        name = card_name()
+        return next((c for c in self.plan.cards if c.card == name), self.plan.cards[0])
+
+    def timed(self, part: str, action: Any) -> Any:
+        def run(runner: Any) -> str:
+            t0 = time.time()
             try:
-                stats = core.step(step)
-            except NonFiniteLoss as err:  # the seed stays .partial: its arms are not written as a result
-                raise UserError(f"study_gpu: {cfg.masking.name} seed {seed}: {err}; lower trainer.lr or raise "
-                                "trainer.warmup_ratio in the experiment file's common overrides") from None
-            progress.add(stats, core, time.perf_counter() - t0)
-            last = step == core.max_steps
-            if step % every == 0 or last:
-                record(step=step, loss=stats.loss, lr=stats.lr, rows=stats.rows, masked_tokens=stats.masked_tokens,
-                       grad_norm=stats.grad_norm)
-                final = evaluate(step)
-    summary = {"kind": "pretrain", "command": COMMAND, "masking": cfg.masking.name, "domain": cfg.domain.name,
-               "model": cfg.model.name, "seed": seed, "steps": core.max_steps, "max_steps": cfg.trainer.max_steps,
-               "equal_compute": cfg.trainer.equal_compute, "rows_per_step": core.layout.rows,
-               "sequences_per_step": core.layout.sequences, "first_eval_loss": first, "final_eval_loss": final,
-               "final_eval_accuracy": latest.get("accuracy"),
-               "seen": {"sequences": progress.sequences, "source_tokens": progress.source_tokens,
-                        "rows": progress.rows, "masked_targets": progress.masked_targets,
-                        "train_flops": progress.train_flops},
-               "row_tokens_per_s": round(progress.rows * core.block_size / max(progress.train_s, 1e-9), 1),
-               "precision": precision_name(core.amp_dtype), "train_s": round(progress.train_s, 2),
-               "wall_s": round(time.time() - t_start, 2), "device": str(device),
-               "passes": progress.sequences / data["train"].shape[0]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    # what made it (femlm.runs.environment_of reads it): packages, CPU and GPU names, the commit
-    (out / RUN_MARKER).write_text(json.dumps(made_by(), indent=2) + "\n")
-    return summary
+                return action(runner)
+            finally:
+                self.record["parts_s"][part] = round(time.time() - t0, 1)
+        return run
 
+    # ------------------------------------------------------------------------------------------ warm-up
+    def warmup_info(self) -> dict[str, Any]:
+        path = self.warm_dir / "warmup.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
 
-def load_data(plan: dict[str, Any], runs: Path) -> dict[str, Any]:
-    import torch
+    def carried(self) -> str:
+        """The carried checkpoint's sha256, checked against the one its warm-up recorded."""
+        info, ckpt = self.warmup_info(), self.warm_dir / "checkpoint"
+        if not ckpt.is_dir():
+            raise UserError(f"{ckpt}: the warm-up checkpoint recorded in {self.warm_dir / 'warmup.json'} is missing "
+                            "(restore it from the repository: it is committed and carried to every window)")
+        digest, _ = checkpoint_sha256(ckpt)
+        if digest != info["checkpoint_sha256"]:
+            raise UserError(f"{ckpt}: sha256 {digest[:12]} differs from the warm-up's recorded "
+                            f"{info['checkpoint_sha256'][:12]} (warmup.json): the checkpoint was changed")
+        return digest
 
-    from femlm.data.config import DownloadConfig
-    from femlm.models.load import load_tokenizer
+    def warmup(self, runner: Any) -> str:
+        from femlm.models.load import load_tokenizer
+        from femlm.train.loop import DeadlineReached
 
-    folder = runs / "data"
-    if not (folder / "data.json").is_file():
-        raise UserError(f"{folder}: not prepared (run the study's prepare step, or benchmarks/gpu_bundle.py)")
-    prepared(plan, folder)
-    return {"tokenizer": load_tokenizer(str(folder / "tokenizer"), DownloadConfig(offline=True)),
-            "tokenizer_dir": str(folder / "tokenizer"), "train": torch.load(folder / "train.pt"),
-            "validation": torch.load(folder / "validation.pt")}
+        self.plan = self.make_plan()  # with the prepared data's counts
+        self.plan.refuse()
+        info = self.warmup_info()
+        if info:
+            if not info["gate"]["passed"]:
+                return "the warm-up failed its gate in an earlier window: the study stopped (no arms)"
+            return f"carried warm-up {self.carried()[:12]} (gate passed: {info['gate']['below_baseline']:.3f} nats " \
+                   "below the context-free baseline)"
+        data = gpu_data.load(self.exp, self.runs)
+        composed = configs.warmup(self.exp, data.tokenizer)
+        run_dir = self.runs / "warmup"
+        try:
+            summary = train(composed, run_dir, data.corpus("warmup"), self.deadline(runner))
+        except DeadlineReached:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return "the warm-up was cut by the window's deadline: no result (the next window trains it again)"
+        tokenizer = load_tokenizer(str(data.tokenizer), composed.cfg.download)
+        base = gpu_gates.baseline_for(composed.cfg, data.corpus("warmup"), tokenizer)
+        gate = gpu_gates.warmup_gate(summary["final_eval_loss"], base["loss"], self.g.gates.warmup_margin)
+        tmp = self.warm_dir.with_name("warmup.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "run").mkdir(parents=True)
+        for f in LIGHT:
+            shutil.copy2(run_dir / f, tmp / "run" / f)
+        record = {"gate": gate, "baseline": base, "card": card_name(), "window": self.stamp,
+                  "domain": composed.cfg.domain.name,
+                  "study_code": gpu_windows.study_code(composed.cfg.runtime), "passed": gate["passed"],
+                  "summary": {k: summary.get(k) for k in ("steps", "first_eval_loss", "final_eval_loss",
+                                                          "final_eval_accuracy", "row_tokens_per_s", "train_s",
+                                                          "wall_s", "vocabulary_sha256", "corpus")}}
+        if gate["passed"]:
+            shutil.copytree(run_dir / "checkpoints" / "final", tmp / "checkpoint")
+            record["checkpoint_sha256"], record["checkpoint_files"] = checkpoint_sha256(tmp / "checkpoint")
+        (tmp / "warmup.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        shutil.rmtree(self.warm_dir, ignore_errors=True)
+        tmp.rename(self.warm_dir)
+        verdict = "passed" if gate["passed"] else f"FAILED ({self.g.gates.on_warmup_fail})"
+        return (f"warm-up: held-out loss {summary['final_eval_loss']:.4f} against the context-free baseline "
+                f"{base['loss']:.4f} (unigram {base['unigram_loss']:.4f}): gate {verdict}")
 
+    # ------------------------------------------------------------------------------------------ seeds
+    def seeds(self, runner: Any) -> str:
+        from femlm.train.loop import DeadlineReached
 
-def train_seeds(plan: dict[str, Any], runs: Path, gp: GpuPlan, started: float, log: Any) -> str:
-    """Every planned seed not finished yet, all arms of a seed together, while the budget allows."""
-    from femlm.runtime.device import configure_process, pick_device
+        self.plan = self.make_plan()
+        self.plan.refuse()
+        info = self.warmup_info()
+        if not info.get("passed"):
+            return "no seeds: " + ("the warm-up failed its gate" if info else "no warm-up checkpoint")
+        warm_sha = self.carried()
+        data = gpu_data.load(self.exp, self.runs)
+        ckpt = self.warm_dir / "checkpoint"
+        self.check_tokenizer(ckpt, data)
+        code = gpu_windows.study_code(configs.arm(self.exp, self.exp.pretrain.reference, 1, ckpt).cfg.runtime)
+        gpu_windows.check_pooling(self.out, code, warm_sha)
+        recs = gpu_windows.records(self.out)
+        if gpu_windows.failed(recs):
+            return f"no seeds: seed {gpu_windows.failed(recs)[0]['seed']} failed a gate, the study stopped"
+        todo = [s for s in range(1, self.plan.n + 1) if not gpu_windows.seed_dir(self.out, s).exists()]
+        deadline, kept, card = self.deadline(runner), [], self.card_plan()
+        pace = next(s for name, s, _ in card.parts if name == "one seed's arms")
+        ft = next(s for name, s, _ in card.parts if name == "one seed's downstream")
+        for seed in todo:
+            need = pace + (ft if seed <= self.g.downstream.pretrain_seeds else 0)
+            if time.time() + need > deadline:
+                runner.log(f"seed {seed} not started: ~{need:.0f} s would pass the window's deadline")
+                break
+            where = self.runs / "seeds" / f"seed_{seed:03d}"
+            try:
+                record, dirs = self.one_seed(seed, data, ckpt, warm_sha, code, deadline)
+            except DeadlineReached as err:
+                shutil.rmtree(where, ignore_errors=True)
+                runner.log(f"seed {seed} cut by the deadline ({err}): no result; it runs again in the next window")
+                break
+            gpu_windows.write_seed(self.out, seed, record, dirs)
+            shutil.rmtree(where, ignore_errors=True)  # checkpoints: nothing reads them once the seed is kept
+            self.record["seeds"].append({"seed": seed, "status": record["status"], **record["seconds"]})
+            # no arm's loss before N (femlm.study.gpu_results): the gates only
+            runner.log(f"seed {seed} {record['status']}: " + ", ".join(
+                f"{a} {'below' if r['gate']['passed'] else 'NOT below'} the warm-up's ACL loss"
+                for a, r in record["arms"].items()) + f" ({record['seconds']['arms']:.0f} s arms, "
+                f"{record['seconds']['downstream']:.0f} s downstream)")
+            kept.append(seed)
+            if record["status"] == "failed":
+                runner.log(f"seed {seed} failed a gate: {self.g.gates.on_arm_fail}")
+                break
+            pace = record["seconds"]["arms"]  # the pace measured on this machine decides whether the next seed fits
+            ft = record["seconds"]["downstream"] or ft
+        revised = gpu_windows.maybe_revise(self.out, self.g, self.exp.pretrain.reference,
+                                           [a for a in self.exp.pretrain.arms if a != self.exp.pretrain.reference],
+                                           self.deltas(), self.stamp)
+        done = len(gpu_windows.complete(gpu_windows.records(self.out)))
+        return f"{len(kept)} seeds kept now; {done} of {self.plan.n} complete" + (f"; {revised}" if revised else "")
 
-    cfgs = {arm: arm_config(plan, arm, gp.steps[arm]) for arm in gp.arms}
-    rt = cfgs[gp.arms[0]].runtime
-    configure_process(rt)
-    device = pick_device(rt.device)
-    data = {**load_data(plan, runs), "eval_every": gp.eval_every}
-    done, ran, seed_s = [], [], gp.seed_seconds
-    for seed in gp.seeds:
-        final = runs / f"seed_{seed}"
-        if final.is_dir():
-            done.append(seed)
-            continue
-        elapsed = time.time() - started
-        if elapsed + seed_s > gp.budget_s - float(plan["gpu"]["unit_costs"]["results_s"]):
-            log(f"seed {seed} and later not started: {elapsed:.0f} s elapsed + ~{seed_s:.0f} s per seed would pass "
-                f"the {gp.budget_s / 60:g}-minute budget")
-            break
-        t0 = time.time()
-        partial = runs / f"seed_{seed}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        for arm in gp.arms:
-            s = train_arm(cfgs[arm], seed, data, device, partial / arm)
-            log(f"seed {seed} {arm}: final held-out loss {s['final_eval_loss']:.4f} after {s['steps']} steps "
-                f"({s['row_tokens_per_s']:,.0f} row tokens/s, {s['passes']:.1f} passes)")
-        os.replace(partial, final)
-        seed_s = time.time() - t0  # the pace measured on this machine decides whether the next seed fits
-        ran.append(seed)
-    return f"{len(ran)} seeds trained now, {len(done)} before ({len(ran) + len(done)} of {len(gp.seeds)} planned)"
+    def check_tokenizer(self, ckpt: Path, data: gpu_data.Data) -> None:
+        from femlm.data.config import DownloadConfig
+        from femlm.data.prepare import tokenizer_fingerprint
+        from femlm.models.load import load_tokenizer
 
+        if tokenizer_fingerprint(load_tokenizer(str(ckpt), DownloadConfig(offline=True))) != data.info["tokenizer"]:
+            raise UserError(f"{ckpt}'s tokenizer is not the one {data.folder} was prepared with: prepare the data "
+                            "again from the same experiment file")
 
-# ---------------------------------------------------------------------------------------------- pipeline
-def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
-    (exp,) = exps
-    plan = {**exp.raw, "smoke": opts.smoke}
-    runs = (opts.runs or opts.root / plan["runs_dir"]).resolve()
-    out = (opts.out or opts.root / plan["out_dir"]).resolve()
-    started = time.time()
-    gp = make_plan(plan, REPO, *data_counts(runs))
-    plan["pretrain"] = {**plan["pretrain"], "seeds": gp.seeds}
-    print(gp.text(), flush=True)
+    def one_seed(self, seed: int, data: gpu_data.Data, ckpt: Path, warm_sha: str, code: dict[str, Any],
+                 deadline: float) -> tuple[dict[str, Any], dict[str, Path]]:
+        from femlm.study.gpu_downstream import finetune_arm
+        from femlm.train.loop import DeadlineReached, TrainingDiverged
 
-    def train(runner: Any) -> str:
-        gp_now = make_plan(plan, REPO, *data_counts(runs))  # the prepared corpus's counts
-        # the plan as it runs (its budget may differ from the file's): the results quote it, not a recomputed one
-        (runs / PLAN_RAN).write_text(json.dumps({"text": gp_now.text(), "seeds": gp_now.seeds}, indent=2) + "\n")
-        return train_seeds(plan, runs, gp_now, started, runner.log)
+        where = self.runs / "seeds" / f"seed_{seed:03d}"
+        shutil.rmtree(where, ignore_errors=True)
+        arms, dirs, t0 = {}, {}, time.time()
+        for arm in self.exp.pretrain.arms:
+            composed = configs.arm(self.exp, arm, seed, ckpt)
+            try:
+                summary = train(composed, where / arm, data.corpus("arms"), deadline)
+            except TrainingDiverged as err:
+                arms[arm] = {"gate": {"passed": False, "why": str(err)}}
+                continue
+            arms[arm] = {**{k: summary.get(k) for k in ("first_eval_loss", "final_eval_loss", "final_eval_accuracy",
+                                                        "row_tokens_per_s", "steps", "rows_per_step",
+                                                        "sequences_per_step", "train_s", "wall_s")},
+                         "passes": summary["seen"]["sequences"] / data.counts()["arms_train_blocks"],
+                         "gate": gpu_gates.arm_gate(summary)}
+            dirs[arm] = where / arm
+        failed = [a for a, r in arms.items() if not r["gate"]["passed"]]
+        seconds = {"arms": round(time.time() - t0, 1), "downstream": 0.0}
+        downstream: dict[str, Any] = {}
+        error = None
+        if not failed and seed <= self.g.downstream.pretrain_seeds:
+            try:
+                for arm in self.exp.pretrain.arms:
+                    scores, runs = finetune_arm(self.exp, where / arm / "checkpoints" / "final", data.mirror,
+                                                where / "downstream" / arm, deadline)
+                    downstream[arm] = scores
+                    dirs.update({f"downstream/{arm}/{t}": d for t, d in runs.items()})
+            except DeadlineReached:
+                raise
+            except Exception as err:  # noqa: BLE001 - the secondary part never costs the primary its seed
+                downstream, error = {}, f"{type(err).__name__}: {err}"
+            seconds["downstream"] = round(time.time() - t0 - seconds["arms"], 1)
+        record = {"seed": seed, "status": "failed" if failed else "complete", "failed_arms": failed,
+                  "arms": arms, "downstream": downstream, "downstream_error": error, "study_code": code, "warmup_sha256": warm_sha,
+                  "card": card_name(), "window": self.stamp, "seconds": seconds}
+        return record, dirs
 
-    def results(runner: Any) -> str:
+    # ------------------------------------------------------------------------------------------ results
+    def results(self, runner: Any) -> str:
         from femlm.study.gpu_results import write_results
 
-        return str(write_results(plan, make_plan(plan, REPO, *data_counts(runs)), runs, out))
+        self.plan = self.make_plan()  # the seeds and the revision as they stand now
+        self.record["card"] = card_name()
+        return str(write_results(self.exp, self.plan, self.out, self.record if self.record["parts_s"] else None))
 
-    def step(name: str, part: str, seconds: float, action: Any) -> Step:
-        return Step(name, part, runs, kind="inprocess", estimate_s=seconds, action=action, home=runs)
 
-    parts = {p.name: p.seconds for p in gp.parts if not p.skipped}
-    return [step("prepare the tokenizer and blocks", "prepare", parts["start-up"], lambda r: prepare(plan, runs)),
-            step(f"train {len(gp.seeds)} seeds x {len(gp.arms)} arms in one process", "pretrain",
-                 parts["compile"] + parts["training"] + parts["evaluation"], train),
-            step("results", "results", parts["results"], results),
-            *summaries_step(plan, out, None, runs, opts)]
+def pipeline(exps: list[Experiment], opts: Options) -> list[Step]:
+    (exp,) = exps
+    w = Window(exp, opts)
+    print(w.plan.text(), flush=True)
+    card = w.plan.cards[0]
+    seconds = {name: s for name, s, _ in card.parts}
+
+    def step(name: str, part: str, estimate: float, action: Any) -> Step:
+        return Step(name, part, w.runs, kind="inprocess", estimate_s=estimate, action=w.timed(part, action),
+                    home=w.runs)
+
+    return [step("prepare the data", "prepare", seconds["start-up"], lambda r: gpu_data.prepare(exp, w.runs)),
+            step("warm-up (or the carried checkpoint)", "warmup", seconds["warm-up"], w.warmup),
+            step(f"seeds up to N = {w.plan.n}", "seeds", seconds["one seed's arms"] * card.later_window, w.seeds),
+            step("results", "results", seconds["results"], w.results),
+            *summaries_step({**exp.raw, "smoke": opts.smoke}, w.out, None, w.runs, opts)]

@@ -1,65 +1,86 @@
-"""The plan of the in-process GPU study (study_gpu.yaml's `gpu:` block): seeds from a power rule, minutes per part
-from unit costs measured on the card, and what does not fit the budget left out, saying so.
+"""The GPU study's plan (`python -m femlm.experiment study_gpu --plan`): N from the declared power rule, delta, the
+gates, what the warm-up policy weighs and carries, and minutes per part, seeds per window and windows to N on each
+card the experiment file lists, every figure labelled measured (on that card) or assumed.
 
-Pure arithmetic (no torch): `make_plan` is what `python -m femlm.experiment study_gpu --plan` prints and what the
-run follows. Times come from the unit costs the experiment file stores with their source: a measured tokens/s of
-femlm's step at a reference shape (BERT-base), scaled to the study's model by model FLOPs per row token (the same
-formula as femlm.train.flops), i.e. assuming the study's model reaches the reference's MFU. Evaluation is a forward
-pass only: a third of a training step's FLOPs per token, at the same MFU.
+Arithmetic over the composed configs (femlm.study.gpu_configs: steps, rows, block size, model shape, K and the
+ratio come from the arm configs) and the typed `gpu:` block; no torch.
 
-Seeds: as many as 80% power asks for at the effect and paired standard deviation a CPU study observed (its per-seed
-CSV, named in the file), at the Holm level of the least significant of the study's confirmatory comparisons
-(family alpha / their number), by Guenther's (1981) approximation for the paired t-test's sample size,
-n = ((z_{1-a/2} + z_{power}) sd / effect)^2 + z_{1-a/2}^2 / 2; then capped by what fits the budget.
+Power rule: the equivalence test (two one-sided paired t-tests, TOST) at the true difference 0, per side at the
+level the declared procedure is sure to test every equivalence hypothesis at: family_alpha / (2 m) for m
+comparisons (Holm over their 2 m difference and equivalence hypotheses, in its first step).
+Its power at n pairs is P(the (1 - 2 alpha) t-interval lies inside +-delta), by the noncentral t (the usual
+approximation, e.g. PASS's and Julious 2004): the smallest n with power >= the declared power is N.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from statistics import NormalDist, fmean, stdev
 from typing import Any
 
 from femlm.errors import UserError
-from femlm.experiment.step import override_value
+from femlm.experiment.gpu_schema import Card, GpuStudy
+from femlm.study.gpu_configs import Composed
 from femlm.train.flops import FlopCounts
 
 
 # ---------------------------------------------------------------------------------------------- power
-def seeds_for_power(sd: float, effect: float, alpha: float, power: float) -> int:
-    """Pairs a two-sided paired t-test at level `alpha` needs for `power` at a true mean difference `effect`."""
-    if effect == 0 or not math.isfinite(sd / effect):
-        raise UserError(f"power rule: effect {effect} with paired SD {sd} gives no sample size")
-    z = NormalDist().inv_cdf
-    za, zb = z(1 - alpha / 2), z(power)
-    return max(2, math.ceil(((za + zb) * sd / abs(effect)) ** 2 + za * za / 2))
+def tost_power(n: int, sd: float, delta: float, alpha: float) -> float:
+    """Power of the paired TOST at level `alpha` per side with n pairs, when the true mean difference is 0."""
+    from scipy import stats
+
+    df, se = n - 1, sd / math.sqrt(n)
+    crit = stats.t.ppf(1 - alpha, df)
+    return max(0.0, float(stats.nct.cdf(-crit, df, -delta / se) - stats.nct.cdf(crit, df, delta / se)))
 
 
-def observed_pairs(path: Path, arm: str, reference: str, metric: str) -> tuple[float, float, int]:
-    """(mean, SD, n) of the per-seed differences arm - reference of `metric` in a study's pretrain_runs.csv."""
-    if not path.is_file():
-        raise UserError(f"gpu.power.source={path}: no such file (a study's pretrain_runs.csv)")
-    by: dict[str, dict[str, float]] = {}
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            by.setdefault(row["arm"], {})[row["seed"]] = float(row[metric])
-    if arm not in by or reference not in by:
-        raise UserError(f"gpu.power: {path} has no rows of arm {arm!r} and {reference!r}; it has {', '.join(by)}")
-    diffs = [by[arm][s] - by[reference][s] for s in by[reference] if s in by[arm]]
-    if len(diffs) < 2:
-        raise UserError(f"gpu.power: {path}: fewer than 2 paired seeds of {arm} and {reference}")
-    return fmean(diffs), stdev(diffs), len(diffs)
+def tost_pairs(sd: float, delta: float, alpha: float, power: float) -> int:
+    """The smallest number of pairs whose TOST reaches `power` (at least 3)."""
+    n = 3
+    while tost_power(n, sd, delta, alpha) < power:
+        n += 1
+        if n > 100_000:
+            raise UserError(f"power rule: SD {sd} against delta {delta} needs over 100,000 pairs")
+    return n
 
 
-# ---------------------------------------------------------------------------------------------- FLOPs
+def side_alpha(g: GpuStudy, comparisons: int) -> float:
+    """The level of each one-sided test of an equivalence hypothesis under the declared procedure."""
+    return g.analysis.power.family_alpha / (2 * max(comparisons, 1))
+
+
+def planned_n(g: GpuStudy, deltas: list[float], revised_sd: float | None = None) -> int:
+    """N: the power rule at the declared SD, or (the one revision) at a larger SD measured in the first window, for
+    the family's smallest margin (`deltas`: stats.delta of each member)."""
+    if not deltas:
+        from femlm.errors import UserError
+
+        raise UserError("study_gpu: stats.delta declares no equivalence margin for the family (the power rule needs "
+                        "delta)")
+    p = g.analysis.power
+    sd = max(p.sd, revised_sd or 0.0)
+    return tost_pairs(sd, min(deltas), side_alpha(g, len(deltas)), p.power)
+
+
+# ---------------------------------------------------------------------------------------------- model
 def bert_flops(arch: dict[str, Any], vocab: int) -> FlopCounts:
-    """A BERT masked LM's matmul parameters from its shape: per layer Q, K, V, O (4 h^2) and the FFN (2 h i);
-    the head's transform (h^2) and decoder (h V). Checked against femlm.train.flops.flop_counts on the built model."""
+    """A BERT masked LM's matmul parameters from its shape (per layer Q, K, V, O and the FFN; the head's transform
+    and decoder); tests check it against femlm.train.flops.flop_counts on the built model."""
     h, layers, inter = int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
     return FlopCounts(encoder_params=layers * (4 * h * h + 2 * h * inter), head_params=h * h + h * vocab,
                       layers=layers, hidden=h)
+
+
+def bert_parameters(arch: dict[str, Any], vocab: int) -> int:
+    """Parameters of a BertForMaskedLM (or a pre-LN RobertaPreLayerNormForMaskedLM) of this shape, the decoder tied
+    to the word embeddings."""
+    h, layers, inter = int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
+    positions = int(arch.get("max_position_embeddings", 512))
+    embeddings = (vocab + positions + int(arch.get("type_vocab_size", 2))) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h * inter + inter + h + 4 * h
+    head = h * h + h + 2 * h + vocab
+    final_norm = 2 * h if "prelayernorm" in str(arch.get("model_type", "")) else 0  # pre-LN: a last LayerNorm
+    return embeddings + layers * layer + head + final_norm
 
 
 def flops_per_token(counts: FlopCounts, seq: int, ratio: float) -> float:
@@ -67,145 +88,297 @@ def flops_per_token(counts: FlopCounts, seq: int, ratio: float) -> float:
     return counts.per_step(1, seq, round(ratio * seq)) / seq
 
 
-# ---------------------------------------------------------------------------------------------- plan
-ARCH = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
-
-def setting(common: list[str], key: str) -> Any:
-    """The value the study's common overrides give `key` (their one home: the arms' configs compose from them)."""
-    value = override_value(common, key)
-    if value is None:
-        raise UserError(f"femlm/conf/experiment/study_gpu.yaml: experiment.common sets no {key}= (the plan needs it)")
-    return value
-
-
+# ---------------------------------------------------------------------------------------------- the runs
 @dataclass
-class Part:
-    name: str
-    seconds: float
-    note: str = ""
-    skipped: bool = False
+class Runs:
+    """What the plan reads from the composed configs and the data counts."""
 
-
-@dataclass
-class GpuPlan:
-    card: str
-    arms: list[str]
-    seeds: list[int]
-    steps: dict[str, int]  # optimizer steps per arm (same_rows: the same for every arm)
-    rows_per_step: int
+    arch: dict[str, Any]
+    vocab: int
     seq: int
-    train_blocks: int
-    eval_blocks: int
-    eval_every: int
-    passes: dict[str, float]  # passes over the training blocks per arm
-    tokens_per_s: float
-    flops_per_token: float
-    seed_seconds: float  # training + evaluation of one seed's arms
-    budget_s: float
-    parts: list[Part] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
+    rows: int
+    ratio: float
+    warmup_steps: int
+    warmup_evals: int
+    warmup_eval_blocks: int
+    arm_steps: int
+    arm_evals: int
+    arm_eval_blocks: int
+    arm_train_blocks: int
+    passes: dict[str, float]  # passes over the arms' training blocks
+    cycle: int  # K of FE across passes: visits a full cycle needs
+    finetune: dict[str, tuple[int, float, int]]  # task -> (training examples, epochs, runs per checkpoint)
+    counted: str  # where the block counts come from
+    problems: list[str] = field(default_factory=list)  # why the study may not run (the plan prints them)
 
     @property
-    def total_s(self) -> float:
-        return sum(p.seconds for p in self.parts if not p.skipped)
+    def params(self) -> int:
+        return bert_parameters(self.arch, self.vocab)
+
+    @property
+    def fpt(self) -> float:
+        return flops_per_token(bert_flops(self.arch, self.vocab), self.seq, self.ratio)
+
+
+def evaluations(steps: int, every: int) -> int:
+    """Held-out evaluations of a run: step 0, every `every` steps, and the last step."""
+    return 1 + steps // every + (steps % every != 0)
+
+
+def read_runs(warm: Composed, arms: dict[str, Composed], tasks: dict[str, Composed],
+              counts: dict[str, int], counted: str) -> Runs:
+    """The runs' shapes; refuses arms that are not at equal compute or do not cover one full cycle of K visits."""
+    w, first = warm.cfg, next(iter(arms.values())).cfg
+    for name, c in arms.items():
+        a = c.cfg
+        if (a.trainer.batch_size, a.trainer.max_steps, a.trainer.equal_compute, a.data.block_size) != \
+                (first.trainer.batch_size, first.trainer.max_steps, "same_rows", first.data.block_size):
+            raise UserError(f"study_gpu: arm {name} is not at equal compute with {next(iter(arms))} (same_rows: the "
+                            "same trainer.batch_size, trainer.max_steps and data.block_size for every arm)")
+    if w.model.vocab_size != first.model.vocab_size or w.data.block_size != first.data.block_size:
+        raise UserError("study_gpu: the warm-up and the arms must share model.vocab_size and data.block_size")
+    rows, steps, train = first.trainer.batch_size, first.trainer.max_steps, counts["arms_train_blocks"]
+    passes = {n: steps * rows / c.cfg.masking.num_copies / train for n, c in arms.items()}
+    cycle = max(int(c.cfg.masking.num_masks) for c in arms.values() if c.cfg.masking.strategy ==
+                "fully_explored_passes") if any(c.cfg.masking.strategy == "fully_explored_passes"
+                                                for c in arms.values()) else 1
+    one_copy = min(p for n, p in passes.items() if arms[n].cfg.masking.num_copies == 1)
+    problems = [] if one_copy >= cycle else [
+        f"the arms make {one_copy:.2f} passes over their {train} training blocks ({counted}), fewer than one full "
+        f"cycle of K = {cycle} visits (FE across passes differs from MLM only on a revisit): raise trainer.max_steps "
+        "or sample fewer ACL documents (domain.max_documents)"]
+    ft = {t: (_examples(c.cfg), float(c.cfg.finetune.epochs or c.cfg.task.epochs), len(c.cfg.finetune.seeds))
+          for t, c in tasks.items()}
+    return Runs(arch=dict(first.model.arch), vocab=int(first.model.vocab_size), seq=int(first.data.block_size),
+                rows=int(rows), ratio=float(first.masking.peak_ratio),
+                warmup_steps=int(w.trainer.max_steps),
+                warmup_evals=evaluations(w.trainer.max_steps, w.runtime.eval_every),
+                warmup_eval_blocks=min(int(w.data.eval_blocks), counts["warmup_validation_blocks"]),
+                arm_steps=int(steps), arm_evals=evaluations(steps, first.runtime.eval_every),
+                arm_eval_blocks=min(int(first.data.eval_blocks), counts["arms_validation_blocks"]),
+                arm_train_blocks=int(train), passes=passes, cycle=cycle, finetune=ft, counted=counted,
+                problems=problems)
+
+
+def _examples(cfg: Any) -> int:
+    from femlm.data.registry import get_entry
+
+    full = int(get_entry(cfg.task.dataset).sizes.get("train", 0))
+    cap = cfg.finetune.max_train_examples
+    return min(full, cap) if cap else full
+
+
+# ---------------------------------------------------------------------------------------------- time
+@dataclass
+class CardPlan:
+    card: str
+    tokens_per_s: float
+    tokens_measured: bool
+    parts: list[tuple[str, float, str]]  # (part, seconds, how it was counted)
+    first_window: int  # seeds in the window that also trains the warm-up
+    later_window: int  # seeds in every later window
+    windows: int | None  # windows to N (carried warm-up); None: a seed does not fit one window
+    windows_per_window_warmup: int | None  # windows to N if every window trained its own warm-up
+    notes: list[str] = field(default_factory=list)
+
+
+def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms: list[str],
+              done: int = 0, warmup_done: bool = False, measured: dict[str, float] | None = None) -> CardPlan:
+    """Minutes per part, seeds per window and windows to N on one card. `measured`: what earlier windows on this
+    card measured (median seconds of a seed's arms and of its downstream runs), used instead of the unit costs."""
+    ref = card.reference
+    ref_fpt = flops_per_token(bert_flops({"hidden_size": ref.hidden_size, "num_hidden_layers": ref.num_hidden_layers,
+                                          "intermediate_size": ref.intermediate_size}, ref.vocab_size), ref.seq,
+                              runs.ratio)
+    same = ref.measured and (ref.hidden_size, ref.num_hidden_layers, ref.intermediate_size, ref.vocab_size, ref.seq, ref.rows) == \
+        (runs.arch["hidden_size"], runs.arch["num_hidden_layers"], runs.arch["intermediate_size"], runs.vocab,
+         runs.seq, runs.rows)
+    tok = ref.row_tokens_per_s * ref_fpt / runs.fpt
+    how = (f"measured: {ref.row_tokens_per_s:,.0f} row tokens/s ({ref.mode})" if same else
+           f"assumed: {ref.name} {ref.mode} {ref.row_tokens_per_s:,.0f} row tokens/s scaled by FLOPs per token "
+           f"({ref_fpt / 1e6:.0f} -> {runs.fpt / 1e6:.1f} MFLOP)")
+    speed = {s.arm: s for s in card.arm_speed}
+    evals = 3 * tok  # a forward pass: a third of a training step's FLOPs per token, at the same MFU (assumed)
+
+    def arm_s(name: str) -> float:
+        factor = speed[name].factor if name in speed else 1.0
+        return (runs.arm_steps * runs.rows * runs.seq / (tok * factor)
+                + runs.arm_evals * runs.arm_eval_blocks * runs.seq / evals + card.run_setup_s.value)
+
+    warm_s = (runs.warmup_steps * runs.rows * runs.seq / tok + runs.warmup_evals * runs.warmup_eval_blocks * runs.seq
+              / evals + card.run_setup_s.value)
+    seed_s = sum(arm_s(a) for a in arms)
+    ft_s = len(arms) * sum(x * e * r for x, e, r in runs.finetune.values()) / card.finetune_examples_per_s.value
+    seen = measured or {}
+    seed_how = "measured: the median seed of earlier windows on this card" if "arms" in seen else ""
+    ft_how = "measured: the median seed of earlier windows on this card" if "downstream" in seen else ""
+    seed_s, ft_s = seen.get("arms", seed_s), seen.get("downstream", ft_s)
+    fixed = card.startup_s.value + card.results_s.value + g.window.margin_s + 2 * card.compile_s.value
+
+    def label(f: Any) -> str:
+        return f"{'measured' if f.measured else 'assumed'}: {f.source}"
+
+    slow = [f"{s.arm} at {s.factor:g}x ({'measured' if s.measured else 'assumed'}: {s.source})"
+            for s in card.arm_speed if s.arm in arms and s.factor != 1]
+    parts = [("start-up", card.startup_s.value, label(card.startup_s)),
+             ("warm-up", warm_s, f"{runs.warmup_steps} steps x {runs.rows} x {runs.seq} at {how}; "
+                                 f"{runs.warmup_evals} evaluations of {runs.warmup_eval_blocks} blocks"),
+             ("one seed's arms", seed_s, seed_how or (
+                 f"{len(arms)} arms x {runs.arm_steps} steps; {runs.arm_evals} evaluations of {runs.arm_eval_blocks} "
+                 f"blocks each" + (f"; {'; '.join(slow)}" if slow else ""))),
+             ("one seed's downstream", ft_s, ft_how or (f"{len(arms)} arms x " + ", ".join(
+                 f"{t} {r} runs x {x} examples x {e:g} epochs" for t, (x, e, r) in runs.finetune.items())
+                 + f" at {card.finetune_examples_per_s.value:g} examples/s ({label(card.finetune_examples_per_s)})")),
+             ("results", card.results_s.value, label(card.results_s))]
+
+    def cost(seed: int) -> float:
+        return seed_s + (ft_s if seed <= g.downstream.pretrain_seeds else 0.0)
+
+    def fill(start: int, room: float) -> int:
+        k = 0
+        while start + k < n and cost(start + k + 1) <= room:
+            room -= cost(start + k + 1)
+            k += 1
+        return k
+
+    first = fill(done, budget_s - fixed - (0.0 if warmup_done else warm_s))
+    later_room = budget_s - fixed
+
+    def windows(room_first: float, room_later: float) -> int | None:
+        k, w, start = done, 0, done
+        while k < n:
+            got = fill(k, room_first if w == 0 else room_later)
+            if got == 0 and w > 0:
+                return None  # a seed does not fit one window
+            k, w = k + got, w + 1
+        return max(w, 1) if start < n else 0
+
+    per_window = windows(budget_s - fixed - warm_s, budget_s - fixed - warm_s)
+    return CardPlan(card.name, tok, same, parts, first, fill(done, later_room),
+                    windows(budget_s - fixed - (0.0 if warmup_done else warm_s), later_room), per_window)
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+MIB = 2**20
+WHEELS_MIB = 0.5  # hydra-core, omegaconf and antlr4's wheels (benchmarks/gpu_bundle.py)
+
+
+@dataclass
+class Plan:
+    n: int
+    n_declared: int
+    revised_sd: float | None
+    comparisons: int
+    alpha: float  # per side
+    runs: Runs
+    cards: list[CardPlan]
+    carry: dict[str, float]  # MiB that travel under each warm-up policy
+    checkpoint_mib: float
+    done: int
+    rule_n: int  # what the power rule gives (N unless gpu.max_seeds caps it)
+    problems: list[str]  # why the study may not run
+    delta: float  # the family's smallest margin (stats.delta)
+    lines: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        out = [*self.lines, f"  {'part':<14}{'minutes':>8}"]
-        for p in self.parts:
-            minutes = "-" if p.skipped else f"{p.seconds / 60:.2f}"
-            out.append(f"  {p.name:<14}{minutes:>8}  {p.note}")
-        out.append(f"  {'total':<14}{self.total_s / 60:>8.2f}  of the {self.budget_s / 60:g}-minute budget")
-        return "\n".join(out)
+        return "\n".join(self.lines)
+
+    def refuse(self) -> None:
+        """A one-line error for the first reason the study may not run (a plan prints them all)."""
+        if self.problems:
+            raise UserError(f"study_gpu: {self.problems[0]}")
 
 
-def make_plan(plan: dict[str, Any], root: Path, train_blocks: int | None = None,
-              eval_blocks: int | None = None) -> GpuPlan:
-    """The study's plan from the experiment file's `gpu:` block (and the prepared corpus's block counts, when
-    known; before preparation the file's expected counts)."""
-    g, pre, common = plan["gpu"], plan["pretrain"], plan["common"]
-    u = g["unit_costs"]
-    arch = {key: setting(common, f"model.arch.{key}") for key in ARCH}
-    seq, rows = int(setting(common, "data.block_size")), int(setting(common, "trainer.batch_size"))
-    vocab, compiled = int(setting(common, "model.vocab_size")), bool(override_value(common, "runtime.compile", False))
-    ratio = 0.15  # every arm's masking ratio (the masking configs' default)
-    train_blocks = train_blocks or int(g["corpus"]["train_blocks"])
-    eval_blocks = min(eval_blocks or int(g["corpus"]["eval_blocks"]), int(setting(common, "data.eval_blocks")))
-    k = int(pre.get("num_masks", 4))
-    study_fpt = flops_per_token(bert_flops(arch, vocab), seq, ratio)
-    ref = u["reference"]
-    ref_fpt = flops_per_token(bert_flops(ref, int(ref["vocab_size"])), int(ref["seq"]), ratio)
-    tokens_per_s = float(u["tokens_per_s"]) * ref_fpt / study_fpt
-    # Same rows per step for every arm: MLM and FE across passes read `rows` sequences per step, the K-copy arm
-    # rows / K sequences x K copies; steps from the passes the one-copy arms make over the training blocks.
-    steps = math.ceil(float(g["passes"]) * train_blocks / rows)
-    passes = {arm: steps * rows / (k if arm == pre["control"] else 1) / train_blocks for arm in pre["arms"]}
-    limit = float(setting(common, "trainer.max_passes"))
-    if max(passes.values()) > limit:
-        raise UserError(f"gpu.passes={g['passes']}: {max(passes.values()):.1f} passes over the training blocks "
-                        f"pass trainer.max_passes={limit:g}")
-    eval_every = max(1, steps // int(g["eval_points"]))
-    evals = steps // eval_every + 1 + (steps % eval_every != 0)
-    train_s = steps * rows * seq / tokens_per_s
-    eval_s = evals * eval_blocks * seq / (3 * tokens_per_s)
-    seed_s = len(pre["arms"]) * (train_s + eval_s + float(u["arm_setup_s"]))
+def measured_pace(recs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per card, the median seconds of a kept seed's arms, and of its downstream runs where it had them."""
+    from statistics import median
 
-    # Seeds: the power rule, then the budget.
-    pw = g["power"]
-    confirmatory = (plan.get("stats") or {}).get("confirmatory") or []
-    alpha = float(pw["family_alpha"]) / max(1, len(confirmatory))
-    wanted, reasons = 3, []
-    for arm in pw["arms"]:
-        mean, sd, n = observed_pairs(root / pw["source"], arm, pre["reference"], pw["metric"])
-        need = seeds_for_power(sd, mean, alpha, float(pw["power"]))
-        wanted = max(wanted, need)
-        reasons.append(f"{arm} - {pre['reference']}: {need} (observed {mean:+.4f}, paired SD {sd:.4f}, {n} seeds)")
-    budget = float(plan["estimate"]["budget_minutes"]) * 60
-    fixed = float(u["startup_s"]) + float(u["results_s"]) + (float(u["compile_s"]) * 2 if compiled else 0.0)
-    fits = int((budget - fixed) // seed_s)
-    if fits < 3:
-        raise UserError(f"study_gpu: {fits} seeds fit the {budget / 60:g}-minute budget ({seed_s:.0f} s per seed of "
-                        f"{len(pre['arms'])} arms); lower gpu.passes or the model, or raise estimate.budget_minutes")
-    n_seeds = min(wanted, fits, int(g.get("max_seeds", wanted)))
-    seeds = list(range(1, n_seeds + 1))
+    out: dict[str, dict[str, float]] = {}
+    for card in {r["card"] for r in recs}:
+        mine = [r["seconds"] for r in recs if r["card"] == card and r.get("seconds")]
+        arms = [s["arms"] for s in mine]
+        down = [s["downstream"] for s in mine if s.get("downstream")]
+        out[card] = {"arms": median(arms)} if arms else {}
+        if down:
+            out[card]["downstream"] = median(down)
+    return out
 
-    card = str(u["card"])
-    p = GpuPlan(card, list(pre["arms"]), seeds, {a: steps for a in pre["arms"]}, rows, seq, train_blocks,
-                eval_blocks, eval_every, passes, tokens_per_s, study_fpt, seed_s, budget)
-    mode = "compiled" if compiled else "eager"
-    p.parts = [
-        Part("start-up", float(u["startup_s"]), "one process: imports, tokenizer, prepared blocks, device"),
-        Part("compile", float(u["compile_s"]) * 2 if compiled else 0.0,
-             "training and evaluation graphs once (assumes runs of the same shapes reuse them: not measured)"
-             if compiled else
-             f"none: eager ({u['mode_reason']})"),
-        Part("training", n_seeds * len(pre["arms"]) * (train_s + float(u["arm_setup_s"])),
-             f"{n_seeds} seeds x {len(pre['arms'])} arms x {steps} steps x {rows} rows x {seq} tokens"),
-        Part("evaluation", n_seeds * len(pre["arms"]) * evals * eval_blocks * seq / (3 * tokens_per_s),
-             f"{evals} held-out evaluations of {eval_blocks} blocks per run"),
-    ]
-    ft = g.get("finetune") or {}
-    ft_s = len(pre["arms"]) * int(ft.get("seeds", 0)) * sum(float(ft["seconds_per_seed"][t]) * study_fpt / ref_fpt
-                                                          for t in ft.get("tasks", []))
-    left = budget - p.total_s - float(u["results_s"])
-    if ft:
-        why = (f"needs ~{ft_s / 60:.1f} min, {max(left, 0) / 60:.1f} left after the seeds"
-               if ft_s > left else "fits, but in-process fine-tuning is not built yet (README: what is left)")
-        why += f"; {len(pre['arms'])} arms x {ft['seeds']} seeds x {', '.join(ft['tasks'])}"
-        p.parts.append(Part("fine-tuning", ft_s, f"skipped: {why}", skipped=True))
-    p.parts.append(Part("results", float(u["results_s"]), "CSVs, figure, README, one archive"))
-    p.lines = [
-        f"study_gpu plan on one {card} (unit costs: {u['source']})",
-        f"  model: BERT {arch['num_hidden_layers']} layers x {arch['hidden_size']} wide (FFN "
-        f"{arch['intermediate_size']}, vocabulary {vocab}), {study_fpt / 1e6:.3g} MFLOP per row token; "
-        f"reference {ref['name']} {ref_fpt / 1e6:.0f} MFLOP",
-        f"  throughput: {tokens_per_s:,.0f} row tokens/s = femlm {mode} {float(u['tokens_per_s']):,.0f} tokens/s at "
-        f"{ref['name']} scaled by FLOPs per token (assumes the same MFU)",
-        f"  equal compute (same_rows): every arm {rows} rows x {seq} tokens per step, {steps} steps; passes over "
-        f"{train_blocks} training blocks: " + ", ".join(f"{a} {v:.1f}" for a, v in passes.items()),
-        f"  seeds: the power rule asks for {wanted} (80% power at Holm's {alpha:.4g} = {pw['family_alpha']} / "
-        f"{max(1, len(confirmatory))} confirmatory; " + "; ".join(reasons) + f"); the budget fits {fits}; "
-        f"running {n_seeds}" + ("" if n_seeds >= wanted else " (fewer than the rule asks: underpowered for the "
-                                 "CPU study's effect; the intervals say what is excluded)"),
-    ]
+
+def data_mib(blocks: int, seq: int, vocab: int) -> float:
+    """A prepared split's token file: uint16 ids up to 65,536 entries (femlm.data.tokens), else int32."""
+    return blocks * seq * (2 if vocab <= 2**16 else 4) / MIB
+
+
+def make_plan(g: GpuStudy, budget_minutes: float, runs: Runs, arms: list[str], deltas: list[float],
+              counts: dict[str, int], done: int = 0, warmup_done: bool = False,
+              revised_sd: float | None = None, measured: dict[str, dict[str, float]] | None = None) -> Plan:
+    """The plan of the next window: N, the warm-up policy's sizes, and every card's minutes and seeds
+    (`measured`: card name -> what earlier windows measured there, see `card_plan`)."""
+    comparisons = len(deltas)
+    n0 = planned_n(g, deltas)
+    n = rule = planned_n(g, deltas, revised_sd)
+    if g.max_seeds is not None:
+        n, n0 = min(n, g.max_seeds), min(n0, g.max_seeds)
+    ckpt = runs.params * 4 / MIB + runs.vocab * 8 / MIB  # fp32 safetensors + the vocabulary file
+    arms_data = data_mib(runs.arm_train_blocks + counts["arms_validation_blocks"], runs.seq, runs.vocab)
+    wiki = data_mib(counts["warmup_train_blocks"] + counts["warmup_validation_blocks"], runs.seq, runs.vocab)
+    base = g.expected.tree_mib + WHEELS_MIB + arms_data + 2.0  # + the two tasks' files (~1.7 MiB)
+    carry = {"carried": base + ckpt, "per_window": base + wiki, "first window": base + wiki}
+    cards = [card_plan(g, c, runs, n, budget_minutes * 60, arms, done, warmup_done, (measured or {}).get(c.name))
+             for c in g.cards]
+    problems = list(runs.problems)
+    if carry[g.warmup.policy] > g.window.carry_mib:
+        problems.append(f"the {g.warmup.policy} warm-up policy carries {carry[g.warmup.policy]:.1f} MiB, over "
+                        f"{g.window.carry_mib:g}")
+    p = Plan(n, n0, revised_sd, comparisons, side_alpha(g, comparisons), runs, cards, carry, ckpt, done, rule,
+             problems, min(deltas))
+    p.lines = _lines(g, p, budget_minutes)
     return p
+
+
+def _lines(g: GpuStudy, p: Plan, budget_minutes: float) -> list[str]:
+    a, r = g.analysis, p.runs
+    pw = a.power
+    lines = ["study_gpu plan (femlm/conf/experiment/study_gpu.yaml, declared before the data)",
+             f"  endpoint: {a.endpoint}",
+             f"  delta: {p.delta:g} nats (stats.delta); procedure: {a.procedure} over {p.comparisons} comparisons (difference and "
+             f"equivalence together): {a.reading}",
+             f"  N = {p.n} paired seeds" + (f" (gpu.max_seeds; the rule gives {p.rule_n})" if p.n != p.rule_n else "")
+             + f": TOST at {p.alpha:.4g} per side, {pw.power:.0%} power at a true difference of "
+             f"0, paired SD {pw.sd:g} ({pw.df} df; {pw.source})"
+             + (f"; revised once, upward, from the first window's SD {p.revised_sd:.4g} (declared N {p.n_declared})"
+                if p.revised_sd is not None and p.n != p.n_declared else ""),
+             f"  revision: {g.analysis.revision.rule}",
+             f"  gates: the warm-up's Wikipedia held-out loss >= {g.gates.warmup_margin:g} nat below the context-free "
+             f"baseline under the evaluation's masking law, else: {g.gates.on_warmup_fail}; each arm's ACL held-out "
+             f"loss below the warm-up checkpoint's (its step-0 value), else: {g.gates.on_arm_fail}",
+             f"  windows: {a.windows}",
+             f"  seeds complete: {p.done} of {p.n}",
+             f"  model: BERT {r.arch['num_hidden_layers']} x {r.arch['hidden_size']} (FFN {r.arch['intermediate_size']}), "
+             f"vocabulary {r.vocab}, {r.params:,} parameters, {r.fpt / 1e6:.1f} MFLOP per row token; "
+             f"every run {r.rows} rows x {r.seq} tokens per step",
+             f"  arms at equal compute: {r.arm_steps} steps each; passes over {r.arm_train_blocks} ACL training blocks "
+             f"({r.counted}): " + ", ".join(f"{k} {v:.1f}" for k, v in r.passes.items())
+             + f" (one cycle of FE across passes: {r.cycle} visits)",
+             f"  warm-up policy: {g.warmup.policy} ({g.warmup.reason})",
+             f"    carried: the checkpoint is {p.checkpoint_mib:.1f} MiB (fp32), back in "
+             f"{math.ceil(p.checkpoint_mib / g.window.back_file_mib)} file(s) of <= {g.window.back_file_mib:g} MiB; "
+             f"a later window carries {p.carry['carried']:.1f} MiB of {g.window.carry_mib:g}",
+             f"    per window: every window carries Wikipedia's blocks too ({p.carry['per_window']:.1f} MiB) and trains "
+             "the warm-up again (its seeds then cluster by window, or the warm-up must be bitwise reproducible)",
+             f"  window: {budget_minutes:g} minutes (estimate.budget_minutes; --budget-minutes), "
+             f"{g.window.margin_s:g} s kept for the results"]
+    for c in p.cards:
+        lines.append(f"  {c.card}: {c.tokens_per_s:,.0f} row tokens/s ({'measured' if c.tokens_measured else 'assumed'})")
+        lines.append(f"    {'part':<22}{'minutes':>8}")
+        lines += [f"    {name:<22}{s / 60:>8.2f}  {how}" for name, s, how in c.parts]
+        def count(w: int | None) -> str:
+            return "never (a seed does not fit one window)" if w is None else f"{w}"
+
+        if p.done >= p.n:
+            lines.append(f"    N reached: {p.done} complete seeds")
+            continue
+        lines.append(f"    seeds per window: {c.first_window} in the window that trains the warm-up, {c.later_window} "
+                     f"in each later one; windows to N: {count(c.windows)} with the carried warm-up, "
+                     f"{count(c.windows_per_window_warmup)} if every window trained its own")
+    return lines + [f"  REFUSED: {why}" for why in p.problems]

@@ -49,7 +49,7 @@ def _local_bytes(cfg: Any) -> int | None:
     from femlm.data.local import local_corpus_files
 
     total = 0
-    for spec in cfg.domain.sources:
+    for spec in cfg.domain.all_sources:
         kind = kind_of(spec)
         if kind == "hf":
             return None
@@ -110,11 +110,20 @@ def run_prepare(cfg: Any, run: Any) -> dict[str, Any]:
     if limit is not None and plan.passes is not None and plan.passes > limit:
         lines.append(f"  warning: more than trainer.max_passes={limit:g} passes: training with these settings "
                      "will stop; use a larger corpus or fewer steps")
+    baseline = None
+    if tokenizer.mask_token_id is not None and corpus.meta["validation"]["blocks"]:
+        from femlm.train.baseline import corpus_baseline
+
+        baseline = corpus_baseline(corpus, tokenizer, cfg.data.eval_blocks, cfg.data.eval_seed)
+        lines.append(f"  context-free baseline of the held-out set (data.eval_blocks={baseline['eval_blocks']}, "
+                     f"{baseline['targets']:,} targets, 80/10/10): {baseline['loss']:.3f} nats (token frequencies, "
+                     f"kept tokens known; without that knowledge {baseline['bayes_loss']:.3f}; every target hidden "
+                     f"{baseline['unigram_loss']:.3f})")
     print("\n".join(lines), file=sys.stdout)
     meta = corpus.meta
     summary = {"kind": "prepare", "domain": cfg.domain.name, "path": str(corpus.path), "plan": plan.as_dict(),
-               "corpus": corpus_summary(meta), "seconds": meta.get("seconds"), "tokens_per_s": meta.get("tokens_per_s"),
-               "workers": meta.get("workers")}
+               "corpus": corpus_summary(meta), "baseline": baseline, "seconds": meta.get("seconds"),
+               "tokens_per_s": meta.get("tokens_per_s"), "workers": meta.get("workers")}
     run.write_json("corpus.json", summary)
     return summary
 

@@ -70,15 +70,22 @@ def scratch_tokenizer(cfg: Any, run_dir: Path, dist: DistInfo) -> Any:
 
 
 def shared_wordpiece(cfg: Any) -> Path:
-    """A WordPiece vocabulary trained once per (documents, vocab size) in the cache and shared by every run.
+    """A WordPiece vocabulary trained once per (documents, vocab size) in the cache and shared by every run: on the
+    domain's training documents, or on `domain.vocabulary_sources` when it names them.
 
     Arms of one experiment (MLM vs FE-MLM) must use one vocabulary, or their losses and blocks are not comparable;
     `train_wordpiece` gives the same one in every process (femlm/data/wordpiece.py: `tokenizers`' own trainer
     does not), and the cache trains it once."""
+    import dataclasses
+
     from femlm.data.corpus import load_documents
     from femlm.data.wordpiece import train_wordpiece
 
-    documents = load_documents(cfg.domain, cfg.download, cfg.data.corpus_seed(cfg.seed))
+    domain = cfg.domain
+    if domain.vocabulary_sources:  # another corpus's vocabulary (e.g. the warm-up's, for a continual-phase domain)
+        domain = dataclasses.replace(domain, sources=list(domain.vocabulary_sources), validation_sources=[],
+                                     vocabulary_sources=[], max_documents=None)
+    documents = load_documents(domain, cfg.download, cfg.data.corpus_seed(cfg.seed))
     digest = hashlib.sha256()
     for doc in documents:
         digest.update(doc.encode("utf-8", "surrogatepass") + b"\0")

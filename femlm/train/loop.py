@@ -5,6 +5,10 @@ core.step(s), then maybe log, maybe probe, maybe evaluate (also at step 0 and at
 milestone model `checkpoints/step_<s>` and a resumable state. A state written at step s holds everything
 logged up to s, and resuming from it drops any metrics.jsonl record with step > s, so the loss curve of a
 killed-and-resumed run has no gap and no duplicate.
+
+`train` is the one entry: the CLI calls it through `run_pretrain`, and the GPU study (femlm.study.gpu) calls
+`run_pretrain` in process with `prepared` (the token blocks it carried to a machine without the data mirror) and
+a `deadline` (the window's end, checked at the steps that read the device anyway).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ from femlm.train.tracking import Recorder, plot_loss_curve
 
 class TrainingDiverged(UserError):
     """The loss (or gradient norm) stopped being finite: the run stops and keeps its last good checkpoint."""
+
+
+class DeadlineReached(Exception):
+    """`deadline` (time.time() seconds) passed before the last step: the run stops unsaved at a step that read the
+    device, and what it wrote is no result (the GPU study drops the seed it belonged to)."""
 
 
 @dataclass
@@ -92,17 +101,21 @@ class Progress:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
 
-def run_pretrain(cfg: Any, run: Any) -> dict[str, Any]:
-    """Train a masked LM as `cfg` says, in `run.dir`; returns the summary (also written to summary.json)."""
+def run_pretrain(cfg: Any, run: Any, prepared: Any = None, deadline: float | None = None) -> dict[str, Any]:
+    """Train a masked LM as `cfg` says, in `run.dir`; returns the summary (also written to summary.json).
+    `prepared`: the token blocks to train on (anything with `.train` and `.validation`, e.g. a
+    femlm.data.tokens.PreparedCorpus) instead of the domain's, read from the mirror; `deadline`: see `train`."""
     from transformers.utils import logging as hf_logging
 
     configure_process(cfg.runtime)
     hf_logging.disable_progress_bar()  # per-shard save/load bars would drown the training progress bar
     with process_group(cfg.runtime.device) as dist:
-        return train(cfg, run, dist)
+        return train(cfg, run, dist, prepared, deadline)
 
 
-def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
+def train(cfg: Any, run: Any, dist: DistInfo, prepared: Any = None, deadline: float | None = None) -> dict[str, Any]:
+    """The training loop. A `deadline` (time.time() seconds) passed at a step that reads the device, before the
+    last, raises DeadlineReached."""
     rt = cfg.runtime
     run_dir = share_run_dir(run.dir, dist)
     resuming = _prepare_run_dir(cfg, run_dir, dist)
@@ -110,7 +123,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
     resolved, model, new_head = inputs.tokenizer_and_model(cfg, run_dir, dist)
     tokenizer = resolved.tokenizer
     init_from = str(cfg.model.name_or_path) if resolved.origin != "scratch" else None
-    train_blocks, val_blocks = inputs.load_blocks(cfg, tokenizer, dist)
+    train_blocks, val_blocks = ((prepared.train, prepared.validation) if prepared is not None
+                                else inputs.load_blocks(cfg, tokenizer, dist))
     if train_blocks.shape[0] == 0 or val_blocks.shape[0] == 0:
         raise UserError(f"domain {cfg.domain.name}: no train or validation blocks of data.block_size="
                         f"{cfg.data.block_size}; add documents or lower data.block_size")
@@ -155,6 +169,8 @@ def train(cfg: Any, run: Any, dist: DistInfo) -> dict[str, Any]:
             window = [window[0] + stats.rows * core.block_size, window[1] + seconds, window[2]]
             chunks += stats.label_chunks
             rec.bar.update(1)
+            if deadline is not None and not last and core.read_at(step) and time.time() > deadline:
+                raise DeadlineReached(f"{name}: the deadline passed after step {step} of {max_steps}")
             if step % every(rt.log_every) == 0 or last:
                 speed, seen = round(window[0] / max(window[1], 1e-9), 1), progress.seen()
                 mfu = _mfu(seen["train_flops"] - window[2], window[1], peak, dist.world_size)

@@ -36,3 +36,4 @@ def domain(name: str) -> Any:
 
 TASK_NAMES = options("task")
 DOMAIN_NAMES = options("domain")
+STUDY_DOMAINS = ("wikipedia", "acl")  # the GPU study's corpora (issue 45): millions of tokens, not mirror samples

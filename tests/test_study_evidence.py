@@ -18,7 +18,7 @@ from femlm.study.verdicts import FAVOURS, Comparison, adjust, says
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
 CONF = REPO / "femlm" / "conf"
-STUDIES = headlines.study_folders(REPO)  # the committed studies (smoke runs' folders left out)
+STUDIES = headlines.study_folders(REPO, history=True)  # every committed study, history too (smoke runs left out)
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -72,7 +72,8 @@ def test_every_reading_in_a_table_is_its_comparisons_csv_reading(folder: Path) -
                 names.setdefault(row_cells(group[start:start + size])[0], set()).update(says(c) for c in group)
     readme = (folder / "README.md").read_text()
     block = (REPO / "README.md").read_text().split(headlines.BEGIN, 1)[1].split(headlines.END, 1)[0]
-    top = block.split(f"]({folder.relative_to(REPO)}/README.md)**", 1)[1].split("**[", 1)[0]
+    link = f"]({folder.relative_to(REPO)}/README.md)**"
+    top = block.split(link, 1)[1].split("**[", 1)[0] if link in block else ""  # a history study is not in the block
     checked = 0
     for text in (readme, top, (REPO / "docs" / "evidence.md").read_text()):
         for header, body in tables(text):
@@ -146,7 +147,7 @@ def test_a_gated_comparisons_p_never_reaches_the_readme_block(tmp_path: Path) ->
 def test_the_readme_block_states_each_studys_scale_and_fe_against_mlm() -> None:
     text = (REPO / "README.md").read_text()
     block = text.split(headlines.BEGIN, 1)[1].split(headlines.END, 1)[0]
-    assert block.count("FE vs MLM:") == len(STUDIES)
+    assert block.count("FE vs MLM:") == len(headlines.study_folders(REPO)) == len(STUDIES) - 1  # one history study
     assert "262,144 row tokens, 0.027% of the paper's 983M per arm" in block  # results/study: 2,048 rows of 128
     assert FAVOURS not in {cells[3] for cells in table_rows(block) if len(cells) == 5}
     assert all(len(line) < 400 for line in block.splitlines() if line.startswith("| "))
@@ -210,3 +211,16 @@ def test_the_study_writer_leaves_the_summaries_to_the_runners_last_step(tmp_path
     assert [s.name for s in steps] == ["summaries"]
     assert driver.summaries_step(plan, tmp_path / "elsewhere", None, tmp_path, Options()) == []
     assert driver.summaries_step({**plan, "smoke": True}, REPO / "results" / "study", None, tmp_path, Options()) == []
+
+
+def test_a_history_study_is_left_out_of_the_readme_block(tmp_path) -> None:
+    """A study whose study.json marks it as history (kept for the record) is no study of the README's block."""
+    import shutil
+
+    for name in ("study", "study-gpu-2026-11-27"):
+        shutil.copytree(RESULTS / name, tmp_path / "results" / name)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"x\n{headlines.BEGIN}\n{headlines.END}\ny\n")
+    assert headlines.write_headlines(readme, tmp_path)
+    text = readme.read_text()
+    assert "results/study/README.md" in text and "study-gpu-2026-11-27" not in text

@@ -169,10 +169,12 @@ def update_block(path: Path, plan: dict[str, Any], out: Path) -> bool:
     return True
 
 
-def study_folders(root: Path) -> list[Path]:
+def study_folders(root: Path, history: bool = False) -> list[Path]:
     """The study result folders under `root`/results (those with a comparisons.csv), smoke runs' folders left out
-    (`<name>-smoke`: git-ignored, made by `make study-*-smoke`)."""
-    return sorted(p.parent for p in (root / "results").glob("*/comparisons.csv") if not p.parent.name.endswith("-smoke"))
+    (`<name>-smoke`: git-ignored, made by `make study-*-smoke`), and those whose study.json marks them as history
+    (a study kept for the record, e.g. one that did not learn) unless `history`."""
+    found = sorted(p.parent for p in (root / "results").glob("*/comparisons.csv") if not p.parent.name.endswith("-smoke"))
+    return [f for f in found if history or not _study(f).get("history")]
 
 
 def refresh(plan: dict[str, Any], out: Path, evidence: Path | None, top: Path | None) -> list[Path]:

@@ -29,7 +29,9 @@ ALLOWED = {
     "autoresume": set(),
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
-    "experiment": {"femlm", "errors", "masking"},
+    # costs.py plans a step from its composed config (compose), the CPU class (runs, runtime) and a task's split
+    # sizes (data's registry).
+    "experiment": {"compose", "data", "femlm", "errors", "masking", "runs", "runtime"},
     # study/gpu.py (issue 39) trains every arm and seed in its one process: the arms' configs composed as the CLI
     # composes them (compose, config) and femlm's own step (train, masking, runtime).
     "study": {"analysis", "compose", "config", "data", "errors", "experiment", "femlm", "masking", "models", "outputs",

@@ -41,8 +41,7 @@ from femlm.experiment.schema import Experiment
 from femlm.experiment.step import Step
 
 # Parts of the tables pipeline whose steps are femlm commands with a config to read (the rest: a unit each).
-COMMANDED = {"scratch": "pretrain-scratch", "continual": "continual-pretrain", "ablation": "continual-pretrain",
-             "finetune": "finetune", "analysis": "analyze"}
+COMMANDED = frozenset({"scratch", "continual", "ablation", "finetune", "analysis"})
 FT_UNITS = ("ft_setup", "ft_seed", "ft_train_example", "ft_score_example")
 UNITS = ("start", "download", "pretrain_setup", "train_row", "eval_block", "save", *FT_UNITS, "analysis_setup",
          "gradient_row", "report")
@@ -245,8 +244,7 @@ def timings_file(runner: Any, steps: list[Step], out_dir: Path, sizing: Sizing |
         "cpu": cpu_model(), "class": sizing.cls if sizing else None,
         "unit_costs": ("committed" if sizing and sizing.measured else "unmeasured class") if sizing else None,
         "cpus": os.cpu_count(), "written": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "stages": {p: {"wall_s": round(walls[p], 1), "planned_s": round(plans[p], 1) or None}
-                   for p in walls if p != "timings"},
+        "stages": {p: {"wall_s": round(walls[p], 1), "planned_s": round(plans[p], 1) or None} for p in walls},
         "total_wall_s": round(sum(r["wall_s"] for r in rows), 1),
         "total_planned_s": round(sum(planned.values()), 1) or None,
         "steps": rows,

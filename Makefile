@@ -78,12 +78,13 @@ gpu-check: ## On a GPU: CUDA tests, femlm vs HF Trainer at the paper's shapes (t
 
 # Every experiment runs through one runner (femlm/experiment/): femlm/conf/experiment/<name>.yaml -> one femlm command
 # per step in a fixed run directory; run it again to continue (finished steps are skipped, a cut pre-training
-# resumes). ARGS passes options on, e.g. `make reproduce-tiny ARGS=--plan` (list the steps and commands, run
-# nothing) or ARGS=--extras (the tiny pipeline's no-continual row and efficiency sweep, ~8 more minutes).
+# resumes). ARGS passes options on, e.g. `make reproduce-tiny ARGS=--plan` (list the steps and commands and the
+# minutes per stage for this CPU class, run nothing) or ARGS=--extras (the tiny pipeline's no-continual row and
+# efficiency sweep).
 EXPERIMENT := $(BIN)/python -m femlm.experiment
 ARGS ?=
 
-reproduce-tiny: $(STAMP) ## The paper's pipeline at tiny scale on CPU, offline with FEMLM_MIRROR (~25 min on an AMX Xeon, ~80 on an AVX2 EPYC): results/tiny/
+reproduce-tiny: $(STAMP) ## The paper's pipeline at tiny scale on CPU in fp32, offline with FEMLM_MIRROR (ARGS=--plan: minutes for this CPU): results/tiny/
 	$(EXPERIMENT) tiny $(ARGS)
 
 # The paper's tables by what they are (their LaTeX labels and printed numbers: femlm/paper.py).

@@ -62,9 +62,8 @@ def package_versions() -> dict[str, str]:
 _MATRIX_ISA = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 
 
-def cpu_model() -> str:
-    """The CPU's model name and its widest matrix instructions, e.g. "AMD EPYC [avx512_bf16]" (Linux
-    /proc/cpuinfo, else what platform knows): every timing is stated with it."""
+def _cpuinfo() -> tuple[str, set[str]]:
+    """The first CPU's model name and flags (Linux /proc/cpuinfo; elsewhere "" and none)."""
     name, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -74,8 +73,19 @@ def cpu_model() -> str:
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    name = name or platform.processor() or platform.machine() or "unknown CPU"
-    isa = next((f for f in _MATRIX_ISA if f in flags), None)
+    return name, flags
+
+
+def cpu_isa() -> str | None:
+    """The CPU's widest matrix instructions (amx_bf16, avx512_bf16, avx512f or avx2), None where unknown."""
+    return next((f for f in _MATRIX_ISA if f in _cpuinfo()[1]), None)
+
+
+def cpu_model() -> str:
+    """The CPU's model name and its widest matrix instructions, e.g. "AMD EPYC [avx512_bf16]" (Linux
+    /proc/cpuinfo, else what platform knows): every timing is stated with it."""
+    name = _cpuinfo()[0] or platform.processor() or platform.machine() or "unknown CPU"
+    isa = cpu_isa()
     return f"{name} [{isa}]" if isa else name
 
 

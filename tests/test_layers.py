@@ -29,7 +29,9 @@ ALLOWED = {
     "autoresume": set(),
     "launch": set(),
     # The experiment runner: schema, steps, resumption, subprocesses (a study's steps come from study/, by name).
-    "experiment": {"femlm", "errors", "masking"},
+    # costs.py plans a step from its composed config (compose), the CPU class (runs, runtime) and a task's split
+    # sizes (data's registry).
+    "experiment": {"compose", "data", "femlm", "errors", "masking", "runs", "runtime"},
     # study/gpu*.py (issue 45) runs a GPU window in its one process: every run's config composed as the CLI composes
     # it (compose, config), through femlm's one training loop (train) and `femlm finetune`'s own entry (eval).
     "study": {"analysis", "compose", "config", "data", "errors", "eval", "experiment", "femlm", "masking", "models",

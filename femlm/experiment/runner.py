@@ -5,7 +5,9 @@ in ``<runs>/logs/<step>.log``; the runner logs one line per step to ``<runs>/exp
 elapsed time and an estimate of what remains (the plan's per-step estimates, where it has them, scaled by how this
 run's finished steps compared with theirs). Wall time per step accumulates in ``<runs>/timings.json`` (across
 invocations). A finished step is skipped, so running an experiment twice does the work once; `--plan` lists
-every step with its state and the exact command, and runs nothing.
+every step with its state and the exact command, and runs nothing. A file with unit costs per CPU class
+(``estimate.classes``, tiny.yaml) has its steps planned for this machine's class (femlm.experiment.costs): `--plan`
+then prints minutes per stage, or "unmeasured class".
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.experiment import costs
 from femlm.experiment.schema import Experiment
 from femlm.experiment.step import Step
 from femlm.experiment.tables import Options
@@ -60,6 +63,8 @@ class Runner:
         self.spent_planned = 0.0  # ... and their planned seconds
         self.skipped: list[str] = []  # optional steps left out for the time budget
         self.home: Path | None = None  # the first step's runs directory: experiment.log
+        self.planned: list[Step] = []  # every step of the plan (what the timings file lists)
+        self.sizing: costs.Sizing | None = None  # the CPU class and its unit costs (a file with estimate.classes)
 
     # ---------------------------------------------------------------------------------------------- steps
     def steps(self) -> list[Step]:
@@ -69,6 +74,8 @@ class Runner:
         if len(set(names)) != len(names):
             raise UserError(f"experiment {self.exps[0].name}: two steps share a name; check its lists for duplicates")
         self.home = steps[0].home or steps[0].run_dir
+        self.sizing = costs.size(self.exps, steps)  # a file with estimate.classes: each step's planned seconds
+        self.planned = steps
         return steps
 
     # ---------------------------------------------------------------------------------------------- logging
@@ -174,6 +181,10 @@ class Runner:
             e = exp.estimate
             if e.gpu_hours is not None:
                 cost = f"~{e.gpu_hours:g} GPU hours on {e.gpu}; peak GPU memory ~{e.gpu_memory_gb:g} GB"
+            elif self.sizing is not None:
+                cost = self.sizing.line(f"femlm/conf/experiment/{exp.name}.yaml")
+                if self.sizing.measured:
+                    cost = f"planned {planned:.0f} min (quiet); {cost}"
             else:
                 minutes = planned if planned and len(self.exps) == 1 else (e.minutes or 0)
                 cost = f"planned {minutes:.0f} min on {e.hardware or 'this machine'} (quiet)"
@@ -192,7 +203,12 @@ class Runner:
             print(f"{i:3d}. [{step.state():>11}] {est}{step.name}"
                   + (f"\n       femlm {shlex.join(step.args())}" if step.command else ""))
         if any(s.estimate_s for s in steps):
+            stages = costs.by_part(steps, {s.name: s.estimate_s for s in steps})
+            print("planned minutes per stage" + (f" ({self.sizing.cls}, quiet)" if self.sizing else "") + ": "
+                  + ", ".join(f"{part} {sec / 60:.1f}" for part, sec in stages.items() if sec))
             print(f"planned total: {sum(s.estimate_s for s in steps) / 60:.1f} min")
+        elif self.sizing is not None:
+            print(self.sizing.line(f"femlm/conf/experiment/{self.exps[0].name}.yaml"))
         return 0
 
     def run(self, results_only: bool = False) -> int:

@@ -200,6 +200,9 @@ class Estimate:
     minutes: float | None = None
     budget_minutes: float | None = None  # optional steps are skipped when the run would pass it
     seconds: dict[str, Any] = field(default_factory=dict)  # unit costs the study's step estimates use
+    # The tables pipeline's unit costs per CPU class ("avx2 fp32": {unit: seconds, source: where measured}):
+    # femlm.experiment.costs plans each step from them; a class not listed is "unmeasured".
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     gpu: str | None = None
     gpu_hours: float | None = None
     gpu_memory_gb: float | None = None
@@ -225,9 +228,11 @@ class Experiment:
     analysis: Analysis | None = None
     efficiency: Efficiency | None = None
     ablation: Ablation | None = None
+    # Overrides every femlm command of the plan starts with (femlm download and femlm report aside), e.g. tiny's
+    # runtime.precision=fp32; a study's: its encoder's shape and data.
+    common: list[str] = field(default_factory=list)
     # The study pipeline (femlm.study.plan).
     encoder: Encoder | None = None
-    common: list[str] = field(default_factory=list)
     head_warmup: Warmup | None = None
     warmup: Warmup | None = None
     pretrain: Arms | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from femlm.errors import UserError
+from femlm.experiment import costs
 from femlm.experiment.schema import Experiment, Finetune, load
 from femlm.experiment.step import Step, final, hydra_list, hydra_quote
 
@@ -148,7 +149,8 @@ class OneExperiment:
         self.exp, self.plans, self.b = exp, plans, b
         self.runs = plans.runs(exp.name)
         self.offline = ["download.offline=true"] if exp.offline else []
-        self.common = [f"preset={exp.preset}", *self.offline]  # every command but download gets these first
+        # every command but download gets these first (the file's `common`: e.g. tiny's pinned precision)
+        self.common = [f"preset={exp.preset}", *self.offline, *exp.common]
 
     def once(self, name: str, part: str, run: str, command: list[str], output: str, needs: list[Path] | None = None,
              **meta: object) -> None:
@@ -269,4 +271,7 @@ def build_steps(exps: list[Experiment], opts: Options) -> list[Step]:
                         ["report", f"report.inputs={hydra_list(inputs)}", f"report.out_dir={out}",
                          f"report.tables={hydra_list(tables)}", f"report.scale={hydra_quote(scale)}"],
                         kind="always", home=home))
+    # Then the wall seconds of every step, per stage, with the CPU class, beside the report (femlm.experiment.costs).
+    b.steps.append(Step("timings", "report", out, kind="inprocess", home=home,
+                        action=lambda runner: costs.timings_file(runner, runner.planned, out, runner.sizing)))
     return b.steps

@@ -46,16 +46,31 @@ lscpu | grep -E "Model name|^CPU\(s\)" ; grep -o -E "avx512_bf16|amx_[a-z0-9]+" 
 # 1. corpora and their context-free baselines (corpus.json: "baseline"); the vocabulary is trained here, once
 step prepare_wikipedia corpus.json prepare "${COMMON[@]}" "${HELD_OUT[@]}" domain=wikipedia
 step prepare_acl corpus.json prepare "${COMMON[@]}" "${HELD_OUT[@]}" domain=acl
-# 2. the warm-up, from scratch on Wikipedia
+# parallel NAME...: wait for the steps started in the background, failing if any failed
+parallel() { local ok=0; for pid in "$@"; do wait "$pid" || ok=1; done; return $ok; }
+# 2. the warm-up, from scratch on Wikipedia: A (declared first), then B1 and B2 (README, amendment 1) side by side
 step warmup checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}"
+NODROP=(+model.arch.hidden_dropout_prob=0 +model.arch.attention_probs_dropout_prob=0)
+step warmup_postln_nodrop checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}" \
+  "${NODROP[@]}" & b1=$!
+step warmup_preln_nodrop checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}" \
+  "${NODROP[@]}" model.arch.model_type=roberta-prelayernorm & b2=$!
+parallel $b1 $b2
+# the warm-up the continual phase starts from: the first of B1, B2, A whose declared gate passed, else the lowest
+WARM=$(.venv/bin/python "$HERE/collect.py" --choose "$RUNS" warmup_postln_nodrop warmup_preln_nodrop warmup)
+echo "$(stamp) continual phase from $WARM"
 # 3. continual pre-training on 20 ACL papers from the warm-up, one run per arm, equal rows and steps
+pids=()
 for arm in "${ARMS[@]}"; do
-  step "continual_$arm" checkpoints/final continual-pretrain "${COMMON[@]}" "${HELD_OUT[@]}" "${CONTINUAL[@]}" masking="$arm" \
-    model.name_or_path="$RUNS/warmup/checkpoints/final"
+  step "continual_$arm" checkpoints/final continual-pretrain "${COMMON[@]}" "${HELD_OUT[@]}" "${CONTINUAL[@]}" \
+    masking="$arm" model.name_or_path="$RUNS/$WARM/checkpoints/final" & pids+=($!)
 done
+parallel "${pids[@]}"
 # 4. ACL-ARC fine-tuning of each arm's checkpoint, three seeds each
+pids=()
 for arm in "${ARMS[@]}"; do
   step "finetune_$arm" results.json finetune "${COMMON[@]}" "${FINETUNE[@]}" \
-    model.name_or_path="$RUNS/continual_$arm/checkpoints/final"
+    model.name_or_path="$RUNS/continual_$arm/checkpoints/final" & pids+=($!)
 done
+parallel "${pids[@]}"
 .venv/bin/python "$HERE/collect.py" "$RUNS" "$HERE"

@@ -56,8 +56,15 @@ step warmup_postln_nodrop checkpoints/final pretrain-scratch "${COMMON[@]}" "${H
 step warmup_preln_nodrop checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}" \
   "${NODROP[@]}" model.arch.model_type=roberta-prelayernorm & b2=$!
 parallel $b1 $b2
-# the warm-up the continual phase starts from: the first of B1, B2, A whose declared gate passed, else the lowest
-WARM=$(.venv/bin/python "$HERE/collect.py" --choose "$RUNS" warmup_postln_nodrop warmup_preln_nodrop warmup)
+# C1 and C2 (README, amendment 2) side by side
+step warmup_modernbert checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}" \
+  model.arch.model_type=modernbert & c1=$!
+step warmup_postln_nodrop_mask40 checkpoints/final pretrain-scratch "${COMMON[@]}" "${HELD_OUT[@]}" "${WARMUP[@]}" \
+  "${NODROP[@]}" masking.ratio=0.4 & c2=$!
+parallel $c1 $c2
+# the warm-up the continual phase starts from: the first whose declared gate passed, else the lowest
+WARM=$(.venv/bin/python "$HERE/collect.py" --choose "$RUNS" warmup_postln_nodrop warmup_preln_nodrop \
+       warmup_postln_nodrop_mask40 warmup_modernbert warmup)
 echo "$(stamp) continual phase from $WARM"
 # 3. continual pre-training on 20 ACL papers from the warm-up, one run per arm, equal rows and steps
 pids=()

@@ -18,6 +18,14 @@ from typing import Any
 from femlm.outputs import pyplot, save_figure, write_csv
 
 ARMS = ("mlm_subword", "fe_passes_subword", "fe_subword")
+# The warm-ups in the order they were declared (README: A, then amendments 1 and 2), and the order the continual
+# phase picks from (the first whose gate passed, post-LN first).
+WARMUPS = {"warmup": "A: post-LN BERT, dropout 0.1", "warmup_postln_nodrop": "B1: post-LN BERT, dropout 0",
+           "warmup_preln_nodrop": "B2: pre-LN (roberta-prelayernorm), dropout 0",
+           "warmup_modernbert": "C1: ModernBERT layers (rotary, pre-LN, GeGLU, no dropout)",
+           "warmup_postln_nodrop_mask40": "C2: post-LN BERT, dropout 0, 40% masking in training"}
+CHOICE = ("warmup_postln_nodrop", "warmup_preln_nodrop", "warmup_postln_nodrop_mask40", "warmup_modernbert",
+          "warmup")
 MARGIN = 0.40  # declared: the warm-up's final held-out loss at least this far below the context-free baseline
 RAW_FILES = ("summary.json", "metrics.jsonl", "config.yaml", "run.json", "corpus.json", "results.json")
 
@@ -55,6 +63,8 @@ def _copy_raw(runs: Path, out: Path) -> None:
             shutil.copy2(pred, dest / pred.name)
         if (run.parent / f"{run.name}.log").is_file():
             shutil.copy2(run.parent / f"{run.name}.log", out / "raw" / f"{run.name}.log")
+    if (runs / "run.log").is_file():  # run.sh's own log: what started and ended when
+        shutil.copy2(runs / "run.log", out / "raw" / "run.log")
 
 
 def _finetune(run: Path) -> dict[str, Any] | None:
@@ -81,17 +91,20 @@ def collect(runs: Path, out: Path) -> dict[str, Any]:
                            "sha256": c["corpus"]["sha256"], "baseline": c["baseline"]}
                     for name, c in (("wikipedia", wiki), ("acl", acl))},
         "declared_margin": MARGIN}
-    warm = runs / "warmup"
-    warm_evals = _evals(warm)
-    warm_summary = _json(warm / "summary.json")
-    final = warm_evals[-1][1] if warm_evals else None
-    numbers["warmup"] = {"final_eval_loss": final, "baseline": base, "below_baseline": None if final is None else
-                         base - final, "gate": None if final is None or warm_summary is None else
-                         bool(final <= base - MARGIN), "unit": _unit(warm_summary),
-                         "corpus": (warm_summary or {}).get("corpus", {}).get("splits", {}).get("train")}
-    rows = [{"step": s, "eval_loss": loss, "eval_accuracy": acc, "context_free_baseline": base,
-             "declared_gate": base - MARGIN} for s, loss, acc in warm_evals]
-    write_csv(out / "warmup_curve.csv", rows)
+    numbers["warmups"], rows = {}, []
+    for name, what in WARMUPS.items():
+        evals, summary = _evals(runs / name), _json(runs / name / "summary.json")
+        rows += [{"warmup": name, "step": s, "eval_loss": loss, "eval_accuracy": acc, "context_free_baseline": base,
+                  "declared_gate": base - MARGIN} for s, loss, acc in evals]
+        if evals and summary is not None:
+            final = evals[-1][1]
+            numbers["warmups"][name] = {
+                "what": what, "final_eval_loss": final, "final_eval_accuracy": evals[-1][2],
+                "below_baseline": base - final, "gate": bool(final <= base - MARGIN), "unit": _unit(summary),
+                "corpus": summary.get("corpus", {}).get("splits", {}).get("train")}
+    numbers["context_free_baseline"] = base
+    numbers["continual_from"] = choose(runs, list(CHOICE)) if numbers["warmups"] else None
+    write_csv(out / "warmup_curves.csv", rows)
     numbers["continual"] = {}
     curve_rows = []
     for arm in ARMS:
@@ -106,23 +119,25 @@ def collect(runs: Path, out: Path) -> dict[str, Any]:
                 "corpus": (summary or {}).get("corpus", {}).get("splits", {}).get("train")}
     write_csv(out / "continual_curves.csv", curve_rows)
     numbers["finetune"] = {arm: _finetune(runs / f"finetune_{arm}") for arm in ARMS}
-    _plot(warm_evals, base, numbers, curve_rows, acl["baseline"]["loss"], out)
+    _plot(rows, base, numbers, curve_rows, acl["baseline"]["loss"], out)
     (out / "numbers.json").write_text(json.dumps(numbers, indent=1) + "\n")
     _copy_raw(runs, out)
     return numbers
 
 
-def _plot(warm_evals: list, base: float, numbers: dict, curve_rows: list, acl_base: float, out: Path) -> None:
+def _plot(rows: list, base: float, numbers: dict, curve_rows: list, acl_base: float, out: Path) -> None:
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    if warm_evals:
-        ax.plot([s for s, _, _ in warm_evals], [v for _, v, _ in warm_evals], marker="o", ms=3,
-                label="warm-up held-out MLM loss")
+    fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    for name, what in WARMUPS.items():
+        pts = [(r["step"], r["eval_loss"]) for r in rows if r["warmup"] == name]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", ms=2, lw=1.2, label=what)
     ax.axhline(base, color="k", ls="--", lw=1, label=f"context-free baseline {base:.3f}")
     ax.axhline(base - MARGIN, color="r", ls=":", lw=1, label=f"declared gate {base - MARGIN:.3f}")
-    ax.set(xlabel="step", ylabel="held-out loss (nats per masked token)", ylim=(None, 8.0))
-    ax.legend()
-    save_figure(fig, out / "warmup_curve.png", "Warm-up on Wikipedia (4x256 post-LN BERT, CPU)")
+    ax.set(xlabel="step (32 rows x 128 tokens)", ylabel="Wikipedia held-out loss (nats per masked token)",
+           ylim=(3.8, 8.0))
+    ax.legend(fontsize=7)
+    save_figure(fig, out / "warmup_curves.png", "Warm-ups on Wikipedia from scratch (4 x 256, CPU)")
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for arm in ARMS:
         pts = [(r["step"], r["eval_loss"]) for r in curve_rows if r["arm"] == arm]
@@ -132,9 +147,10 @@ def _plot(warm_evals: list, base: float, numbers: dict, curve_rows: list, acl_ba
     if step0:
         ax.axhline(step0[0], color="grey", ls="--", lw=1, label=f"warm-up checkpoint (step 0) {step0[0]:.3f}")
     ax.axhline(acl_base, color="k", ls=":", lw=1, label=f"ACL context-free baseline {acl_base:.3f}")
-    ax.set(xlabel="step", ylabel="ACL held-out loss (nats per masked token)")
-    ax.legend()
-    save_figure(fig, out / "continual_curves.png", "Continual pre-training on 20 ACL papers (CPU)")
+    ax.set(xlabel="step (32 rows x 128 tokens)", ylabel="ACL held-out loss (nats per masked token)")
+    ax.legend(loc="center right", fontsize=8)
+    save_figure(fig, out / "continual_curves.png",
+                f"Continual pre-training on 20 ACL papers from {numbers['continual_from']} (CPU)")
 
 
 def choose(runs: Path, names: list[str]) -> str:
@@ -151,4 +167,4 @@ if __name__ == "__main__":
         print(choose(Path(sys.argv[2]), sys.argv[3:]))
         sys.exit(0)
     result = collect(Path(sys.argv[1]), Path(sys.argv[2]))
-    print(json.dumps({k: result[k] for k in ("warmup", "continual")}, indent=1))
+    print(json.dumps({k: result[k] for k in ("warmups", "continual_from", "continual", "finetune")}, indent=1))

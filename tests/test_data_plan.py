@@ -88,6 +88,9 @@ def test_prepare_command_and_dry_run(local, capsys: pytest.CaptureFixture) -> No
     assert "corpus mine: sources file:" in out and "passes over the training blocks" in out
     assert json.loads((tmp / "corpus.json").read_text())["corpus"]["train"]["documents"] == 36
     assert summary["corpus"]["stand_in"] is False
+    # The held-out set's context-free baseline (femlm.train.baseline), printed and in corpus.json.
+    base = json.loads((tmp / "corpus.json").read_text())["baseline"]
+    assert 0 < base["loss"] < base["bayes_loss"] < base["unigram_loss"] and "context-free baseline" in out
     # The training-time check reads the meta of the blocks training got.
     from femlm.data.tokens import PreparedCorpus
 

@@ -95,6 +95,17 @@ def test_planned_flops_are_what_the_run_records(tmp_path: Path, mode: str) -> No
     assert plan["params"] == sum(p.numel() for p in core.objective.model.parameters())
 
 
+def test_masked_per_row_of_fe_across_passes(tmp_path: Path) -> None:
+    """The dry run of an FE-across-passes arm: its masks are keyed by (sequence, visit), not a generator."""
+    from femlm.masking import MaskingConfig, masker_for_tokenizer
+
+    cfg, tokenizer, _, mlm = _tiny(tmp_path)
+    passes = masker_for_tokenizer(MaskingConfig(name="fe_passes_subword", strategy="fully_explored_passes"),
+                                  tokenizer)[0]
+    assert masked_per_row(passes, tokenizer, cfg.data.block_size) == masked_per_row(mlm, tokenizer,
+                                                                                    cfg.data.block_size)
+
+
 def test_gpu_hours_follow_from_peak_and_mfu(tmp_path: Path) -> None:
     cfg, tokenizer, config, masker = _tiny(tmp_path)
     shape, masked = model_shape(config), masked_per_row(masker, tokenizer, cfg.data.block_size)

@@ -46,6 +46,8 @@ from typing import Any
 
 import torch
 
+from femlm.masking.config import PASSES
+from femlm.masking.passes import mask_visits
 from femlm.runtime.attention import keeps_probabilities
 from femlm.train.compute import step_layout
 from femlm.train.flops import FlopCounts, flop_counts
@@ -210,7 +212,10 @@ def masked_per_row(masker: Any, tokenizer: Any, seq: int) -> float:
     first = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     last = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     block = torch.cat([torch.tensor([[first]]), body, torch.tensor([[last]])], 1)
-    labels = masker(block, None, gen)["labels"]
+    if masker.cfg.strategy == PASSES:  # masks keyed by (seed, sequence, visit), not drawn from a generator
+        labels = mask_visits(masker, block, [0], [0], 0)["labels"]
+    else:
+        labels = masker(block, None, gen)["labels"]
     return float((labels != -100).sum()) / labels.shape[0]
 
 

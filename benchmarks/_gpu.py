@@ -128,6 +128,14 @@ class StepProbe:
         return step_s, sum(max(t - step_s, 0.0) for t, c in zip(times, flags, strict=True) if c)
 
 
+def write_texts(out: Path, texts: dict[str, str]) -> None:
+    """Each file of `texts` ({name: text}) into `out`, replaced whole (a temporary file renamed over it)."""
+    for name, text in texts.items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 

@@ -180,11 +180,8 @@ def write(out: Path, record: dict[str, Any]) -> None:
                      f"{v['fused_forward']} / {v['fused_backward']} ({v['layers']}) | {v['accepted']} | {ops} |")
     lines += ["", f"Dropout applied at p = {P} (q = k = 0, v = 1; drop = 1 - mean x (1 - p)):", ""]
     lines += [f"- {name}: {rate if isinstance(rate, str) else f'{rate:.4f}'}" for name, rate in record["dropout"].items()]
-    texts = {"attention_probe.json": json.dumps(record, indent=1) + "\n", "attention_probe.md": "\n".join(lines) + "\n"}
-    for name, text in texts.items():
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    _gpu.write_texts(out, {"attention_probe.json": json.dumps(record, indent=1) + "\n",
+                           "attention_probe.md": "\n".join(lines) + "\n"})
 
 
 def main() -> int:

@@ -78,11 +78,7 @@ def sheet_peak(cuda: bool) -> tuple[float | None, str]:
 
 def write(out: Path, record: dict) -> None:
     """results.json and results.md of `record`, each replaced whole (a temporary file renamed over it)."""
-    texts = {"results.json": json.dumps(record, indent=1) + "\n", "results.md": _gpu.markdown(record)}
-    for name, text in texts.items():
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    _gpu.write_texts(out, {"results.json": json.dumps(record, indent=1) + "\n", "results.md": _gpu.markdown(record)})
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ from femlm.experiment.step import Step
 from femlm.experiment.tables import Options, build_steps
 from femlm.study.plan import build_steps as study_steps
 from femlm.study.plan import load_plan
+from helpers.configs import experiment_file
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "femlm" / "conf"
@@ -43,12 +44,6 @@ def test_every_experiment_file_is_one_validated_plan() -> None:
             load(name, extras=True)
 
 
-def _with_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> None:
-    folder = tmp_path / "experiment"
-    folder.mkdir(exist_ok=True)
-    (folder / f"{name}.yaml").write_text(text)
-    monkeypatch.setattr("femlm.experiment.schema.conf_dir", lambda: folder)
-
 
 @pytest.mark.parametrize(("change", "message"), [
     (("arms:", "arm:"), "experiment.scratch.arm: no such key; did you mean experiment.scratch.arms?"),
@@ -61,7 +56,7 @@ def test_a_bad_key_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.Mo
                                           message: str) -> None:
     text = (CONF / "experiment" / "tiny.yaml").read_text()
     assert change[0] in text
-    _with_file(tmp_path, monkeypatch, "tiny", text.replace(change[0], change[1], 1))
+    experiment_file(tmp_path, monkeypatch, "tiny", text.replace(change[0], change[1], 1))
     assert main(["tiny", "--plan"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err and "femlm/conf/experiment/tiny.yaml" in err
@@ -69,7 +64,7 @@ def test_a_bad_key_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_a_config_the_plan_names_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = (CONF / "experiment" / "tiny.yaml").read_text().replace("iid_subword]", "iid_sbword]")
-    _with_file(tmp_path, monkeypatch, "tiny", text)
+    experiment_file(tmp_path, monkeypatch, "tiny", text)
     with pytest.raises(UserError, match="masking=iid_sbword, but femlm/conf/masking/iid_sbword.yaml does not exist"):
         build_steps([load("tiny")], Options())
 

@@ -14,6 +14,7 @@ from femlm.experiment.schema import load
 from femlm.study import headlines
 from femlm.study.readings import from_row, name_cell, rows
 from femlm.study.verdicts import FAVOURS, Comparison, adjust, says
+from helpers.configs import experiment_file
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -153,12 +154,6 @@ def test_the_readme_block_states_each_studys_scale_and_fe_against_mlm() -> None:
     assert all(len(line) < 400 for line in block.splitlines() if line.startswith("| "))
 
 
-def _with_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> None:
-    folder = tmp_path / "experiment"
-    folder.mkdir(exist_ok=True)
-    (folder / f"{name}.yaml").write_text(text)
-    monkeypatch.setattr("femlm.experiment.schema.conf_dir", lambda: folder)
-
 
 @pytest.mark.parametrize(("change", "message"), [
     (("      - training_loss/same_rows/fe_subword/final_loss\n", "      - training_loss/same_rows/fe_subwrd/final_loss\n"),
@@ -178,7 +173,7 @@ def test_a_bad_family_is_one_line_when_the_file_loads(tmp_path: Path, monkeypatc
     old, new = change
     changed = old.sub(new, text, count=1) if isinstance(old, re.Pattern) else text.replace(old, new, 1)
     assert changed != text
-    _with_file(tmp_path, monkeypatch, "study_passes", changed)
+    experiment_file(tmp_path, monkeypatch, "study_passes", changed)
     with pytest.raises(UserError) as err:
         load("study_passes")
     assert message in str(err.value) and "\n" not in str(err.value)

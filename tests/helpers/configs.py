@@ -37,3 +37,11 @@ def domain(name: str) -> Any:
 TASK_NAMES = options("task")
 DOMAIN_NAMES = options("domain")
 STUDY_DOMAINS = ("wikipedia", "acl")  # the GPU study's corpora (issue 45): millions of tokens, not mirror samples
+
+
+def experiment_file(tmp_path: Any, monkeypatch: Any, name: str, text: str) -> None:
+    """Make `femlm.experiment.schema.load(name)` read `text` as femlm/conf/experiment/<name>.yaml (in `tmp_path`)."""
+    folder = tmp_path / "experiment"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+    monkeypatch.setattr("femlm.experiment.schema.conf_dir", lambda: folder)

@@ -43,6 +43,7 @@ class Reference:
     row_tokens_per_s: float
     source: str
     measured: bool = True  # false: a figure assumed for the shape (the smoke run's)
+    model_type: str = "bert"  # the layers it was measured with (femlm.study.gpu_plan.MODEL_TYPES)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Card:
     name: str  # as torch.cuda.get_device_name says it
     reference: Reference
     startup_s: Figure  # one process: imports, the prepared data, the device
+    min_step_s: Figure  # the shortest a training step takes (a small model's eager step is launch-bound)
     run_setup_s: Figure  # per pre-training run: config, model, first evaluation, saving the final model
     compile_s: Figure  # per graph (runtime.compile=true); 0 when eager
     finetune_examples_per_s: Figure  # fine-tuning: training examples per second (every epoch), the study's model

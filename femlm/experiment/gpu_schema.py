@@ -30,7 +30,8 @@ class Figure:
 class Reference:
     """A training speed measured on a card: the model and batch it was measured at, and how (eager or compiled).
     The plan scales it to the study's model by training FLOPs per row token (femlm.train.flops), which assumes the
-    study's model reaches the same MFU: a figure it labels assumed unless the shapes are the study's own."""
+    study's model reaches the same MFU: a figure it labels assumed unless the layers and shapes are the study's own;
+    a step is never shorter than the card's `min_step_s` (small models are launch-bound, not FLOP-bound)."""
 
     name: str
     hidden_size: int

@@ -16,7 +16,7 @@ from typing import Any
 import _gpu
 import torch
 from _timing import block_seconds, ops_text
-from bench_train import SHAPES, GpuOptions, Shape, bench_shape
+from bench_train import SHAPES, GpuOptions, Shape, bench_shape, model_config
 
 from femlm import CONF_DIR
 from femlm.masking import MaskingConfig
@@ -45,9 +45,14 @@ class Config:
     paper: bool = False  # the paper's shapes: never skipped by the budget
     masking: MaskingConfig | None = None  # the arm's masking when it is not one of ARMS (the study's arms)
     model: Shape | None = field(default=None)  # None: BERT-base (SHAPES["base"]; smoke: SHAPES["smoke"])
+    runtime: tuple[tuple[str, Any], ...] = ()  # runtime keys over runtime=gpu's (the study's pinned sdpa_backend)
 
     def arm_masking(self) -> MaskingConfig:
         return self.masking or ARMS[self.arm]
+
+    def runtime_keys(self) -> dict:
+        """runtime=gpu's keys (gpu_runtime) with this row's own over them."""
+        return {**gpu_runtime(), **dict(self.runtime)}
 
 
 GPU_CONFIGS = [Config("continual", 48, 512, paper=True), Config("scratch", 256, 512, paper=True),
@@ -60,25 +65,36 @@ SMOKE_CONFIGS = [Config("continual", 4, 64, paper=True), Config("scratch", 8, 64
 
 
 def study_config(smoke: bool = False, path: Path = STUDY_FILE) -> list[Config]:
-    """The GPU study's rows: its model (BERT of `model.arch.*`, `model.vocab_size`), shape (`trainer.batch_size` x
-    `data.block_size`), mode (`runtime.compile`) and arms (`pretrain.arms`, each its masking file with the
-    common `masking.*` overrides), from the experiment file's `common` overrides (`smoke.common` for --smoke)."""
+    """The GPU study's rows: its model (`model=<name>`'s arch with the `model.arch.*` overrides, its layers by
+    `model_type`; `model.vocab_size`), shape (`trainer.batch_size` x `data.block_size`), mode (`runtime.compile`)
+    and arms (`pretrain.arms`, each its masking file with the common `masking.*` overrides), from the experiment
+    file's `common` overrides (`smoke.common` for --smoke). Read without Hydra (the device machine has none)."""
     import yaml
 
     exp = yaml.safe_load(path.read_text())["experiment"]
-    common = dict(o.split("=", 1) for o in (exp["smoke"] if smoke else exp)["common"] if "=" in o)
-    arch = {k.removeprefix("model.arch."): int(v) for k, v in common.items() if k.startswith("model.arch.")}
+    # `+key=value` adds a free-form key (model.arch's ModernBERT keys): the same key here
+    common = dict(o.removeprefix("+").split("=", 1) for o in (exp["smoke"] if smoke else exp)["common"] if "=" in o)
+    # the model file's arch (`model=<name>`: femlm/conf/model/<name>.yaml), then the model.arch.* overrides
+    base = yaml.safe_load((CONF_DIR / "model" / f"{common['model']}.yaml").read_text()).get("arch") or {}
+    arch = {**base, **{k.removeprefix("model.arch."): yaml.safe_load(v) for k, v in common.items()
+                       if k.startswith("model.arch.")}}
     batch, seq = int(common["trainer.batch_size"]), int(common["data.block_size"])
-    model = Shape("study", arch["num_hidden_layers"], arch["hidden_size"], arch["num_attention_heads"],
-                  arch["intermediate_size"], int(common["model.vocab_size"]), batch, seq)
+    named = ("model_type", "num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
+             "max_position_embeddings")
+    model = Shape("study", int(arch["num_hidden_layers"]), int(arch["hidden_size"]), int(arch["num_attention_heads"]),
+                  int(arch["intermediate_size"]), int(common["model.vocab_size"]), batch, seq,
+                  model_type=str(arch.get("model_type", "bert")),
+                  extra=tuple(sorted((k, v) for k, v in arch.items() if k not in named)))
     compiled = str(common.get("runtime.compile", "true")).lower() == "true"
+    pinned = tuple((k.removeprefix("runtime."), yaml.safe_load(v)) for k, v in common.items()
+                   if k == "runtime.sdpa_backend")
     known = {f.name for f in fields(MaskingConfig)}
     overrides = {k.removeprefix("masking."): yaml.safe_load(v) for k, v in common.items() if k.startswith("masking.")}
     rows = []
     for arm in exp["pretrain"]["arms"]:
         keys = yaml.safe_load((CONF_DIR / "masking" / f"{arm}.yaml").read_text()) or {}
         masking = MaskingConfig(**{k: v for k, v in {**keys, **overrides}.items() if k in known})
-        rows.append(Config("study", batch, seq, (compiled,), arm, masking=masking, model=model))
+        rows.append(Config("study", batch, seq, (compiled,), arm, masking=masking, model=model, runtime=pinned))
     return rows
 
 
@@ -105,8 +121,8 @@ def planned_s(cfg: Config, compiled: bool, args: argparse.Namespace) -> float:
     steps, warmup = steps_for(cfg, args)
     scale = 1.0
     if cfg.model is not None:
-        scale = model_shape(bert_config(cfg.model)).flops.per_step(1, cfg.seq, 0.15 * cfg.seq) / \
-            model_shape(bert_config(SHAPES["base"])).flops.per_step(1, cfg.seq, 0.15 * cfg.seq)
+        scale = model_shape(model_config(cfg.model)).flops.per_step(1, cfg.seq, 0.15 * cfg.seq) / \
+            model_shape(model_config(SHAPES["base"])).flops.per_step(1, cfg.seq, 0.15 * cfg.seq)
     tokens = (2 * steps + warmup + 1) * cfg.batch * cfg.seq * scale
     hf = 2 * (cfg.arm == "mlm")  # HF's defaults and HF with femlm's kernels; no HF side for other arms
     run = tokens * (1 / PLAN_TOKENS_S[compiled, "femlm"] + hf / PLAN_TOKENS_S[compiled, "hf"])
@@ -123,15 +139,6 @@ def gpu_runtime() -> dict:
     return {k: v for k, v in keys.items() if k in RuntimeConfig.__dataclass_fields__ and k not in own}
 
 
-def bert_config(shape: Shape) -> Any:
-    """The config bench_train.build_model builds its model from (no weights)."""
-    from transformers import AutoConfig
-
-    return AutoConfig.for_model("bert", vocab_size=shape.vocab, hidden_size=shape.hidden,
-                                num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                                intermediate_size=shape.intermediate, max_position_embeddings=512)
-
-
 def micro_batches(cfg: Config, compiled: bool, device_bytes: float | None, smoke: bool) -> tuple[int, int]:
     """(femlm's micro-batch in model rows, HF's in sequences): the largest halving of the batch whose estimated
     peak (femlm/train/estimate.py, with the attention probabilities kept only when runtime=gpu's kernels allow
@@ -141,8 +148,8 @@ def micro_batches(cfg: Config, compiled: bool, device_bytes: float | None, smoke
     rows = cfg.batch  # model rows: trainer.equal_compute=same_rows (the default), FE K=4 too (batch / K sequences)
     if device_bytes is None:
         return (rows // 2, cfg.batch // 2) if smoke and cfg.name == "scratch" else (rows, cfg.batch)
-    shape = model_shape(bert_config(cfg.model or SHAPES["base"]))
-    fused = not keeps_attention_probabilities(RuntimeConfig(compile=compiled, **gpu_runtime()))
+    shape = model_shape(model_config(cfg.model or SHAPES["base"]))
+    fused = not keeps_attention_probabilities(RuntimeConfig(compile=compiled, **cfg.runtime_keys()))
 
     def fit(n: int, dense: bool) -> int:
         while n > 1 and n % 2 == 0 and micro_batch_memory(
@@ -181,14 +188,14 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peaks: dict[str
         probe = _gpu.StepProbe(cuda, warmup, count_syncs=cuda or not compiled)
         options = GpuOptions(masking=cfg.arm_masking(), femlm_micro=micro, hf_micro=hf_micro, hf_workers=workers,
                              probe=probe, hf=mlm, femlm=hf_attention is None, hf_attention=hf_attention,
-                             block=block, profile=True, runtime=gpu_runtime())
+                             block=block, profile=True, runtime=cfg.runtime_keys())
         out = bench_shape(shape, steps, warmup, math.nan, workdir, "bf16", compile_femlm=compiled, device=device,
                           compile_hf=compiled, gpu=options)
         return out, probe
 
     out, probe = run()
     rows = probe.rows or cfg.batch
-    mshape = model_shape(bert_config(shape))
+    mshape = model_shape(model_config(shape))
     femlm = _side(out["femlm_times"][:warmup + steps], out["femlm_blocks"], probe.femlm_compiled, probe,
                   rows * cfg.seq)
     hf = _side(out["hf_times"], out["hf_blocks"], probe.hf_compiled, probe, cfg.batch * cfg.seq)
@@ -197,15 +204,15 @@ def bench(cfg: Config, compiled: bool, args: argparse.Namespace, peaks: dict[str
     if mlm:  # HF with femlm's attention kernels (an attention function registered with transformers)
         from _hf import femlm_attention
 
-        kernels = plan_kernels(gpu_runtime().get("sdpa_backend", "auto"), "cuda" if cuda else "cpu",
-                               attention_dropout(bert_config(shape)))
+        kernels = plan_kernels(cfg.runtime_keys().get("sdpa_backend", "auto"), "cuda" if cuda else "cpu",
+                               attention_dropout(model_config(shape)))
         fused_out, fused_probe = run(femlm_attention(kernels))
         fused = _side(fused_out["hf_times"], fused_out["hf_blocks"], fused_probe.hf_compiled, fused_probe,
                       cfg.batch * cfg.seq)
         fused_ops = fused_out["hf_ops"].get("ops")
     model_flops = mshape.flops.per_step(rows, cfg.seq, out["predicted"])
     hf_flops = mshape.flops.per_step(cfg.batch, cfg.seq, out["predicted"] * cfg.batch / rows)
-    runtime = RuntimeConfig(compile=compiled, **gpu_runtime())
+    runtime = RuntimeConfig(compile=compiled, **cfg.runtime_keys())
     estimate = micro_batch_memory(mshape, micro, cfg.seq, round(out["predicted"] * micro / rows), value_bytes=2,
                                   fused_attention=cuda and not keeps_attention_probabilities(runtime))["total"]
 

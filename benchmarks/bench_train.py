@@ -64,7 +64,14 @@ class Shape:
     vocab: int
     batch: int
     seq: int
+    model_type: str = "bert"  # HF's model_type (the GPU study's row: its experiment file's layers)
+    extra: tuple[tuple[str, Any], ...] = ()  # further HF config keys (e.g. ModernBERT's local_attention)
 
+
+# The special ids of helpers.tiny's tokenizer ([PAD], [UNK], [CLS], [SEP], [MASK]): ModernBERT's config defaults
+# name ids of its own 50k vocabulary (femlm.models.load.scratch_config sets them from the tokenizer the same way).
+SPECIAL_IDS = {"modernbert": {"pad_token_id": 0, "cls_token_id": 2, "sep_token_id": 3, "bos_token_id": 2,
+                              "eos_token_id": 3}}
 
 SHAPES = {
     "base": Shape("bert_base", 12, 768, 12, 3072, 30522, 8, 128),
@@ -77,14 +84,21 @@ SHAPES = {
 }
 
 
+def model_config(shape: Shape) -> Any:
+    """The HF config of a shape (no weights): BERT unless `shape.model_type` names other layers."""
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(shape.model_type, vocab_size=shape.vocab, hidden_size=shape.hidden,
+                                num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                                intermediate_size=shape.intermediate, max_position_embeddings=512,
+                                **SPECIAL_IDS.get(shape.model_type, {}), **dict(shape.extra))
+
+
 def build_model(shape: Shape, attn_implementation: str = "sdpa") -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers import AutoModelForMaskedLM
 
     torch.manual_seed(0)
-    config = AutoConfig.for_model("bert", vocab_size=shape.vocab, hidden_size=shape.hidden,
-                                  num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                                  intermediate_size=shape.intermediate, max_position_embeddings=512)
-    return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)
+    return AutoModelForMaskedLM.from_config(model_config(shape), attn_implementation=attn_implementation)
 
 
 def bench_shape(shape: Shape, steps: int, warmup: int, matmul_flops: float, workdir: Path,

@@ -197,6 +197,36 @@ def test_the_training_context_disables_cudnn_at_every_attention_call(monkeypatch
     assert evaluation and all(evaluation)
 
 
+def test_the_kernels_reach_modernberts_attention_calls_and_summary_records_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU study's layers (femlm/conf/experiment/study_gpu.yaml: ModernBERT, runtime.sdpa_backend=efficient),
+    eager: every SDPA call of a training step and of an evaluation (its global and its local, masked layers; dense:
+    ModernBERT has no sparse last layer) runs under the efficient kernel alone; summary.json's record names it."""
+    seen: list[tuple[bool, bool, bool, bool]] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        b = torch.backends.cuda
+        seen.append((torch.is_grad_enabled(), b.mem_efficient_sdp_enabled(), b.flash_sdp_enabled(),
+                     b.math_sdp_enabled()))
+        with sdpa_kernel(SDPBackend.MATH):  # the CPU has no efficient kernel: run the call on math
+            return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(core_module, "plan_kernels", functools.partial(plan_kernels, enforce=True))
+    core = tiny_core("modernbert", sdpa_backend="efficient", length=48, arch={"local_attention": 16})
+    assert core.objective.last_layer is None and core.objective.model.config.layer_types[1] == "sliding_attention"
+    seen.clear()  # the head's tracing forward at construction (femlm.models.heads), no step
+    core.step(1)
+    core.evaluate(eval_set(core))
+    training, evaluation = [c[1:] for c in seen if c[0]], [c[1:] for c in seen if not c[0]]
+    assert training == [(True, False, False)] * LAYERS  # (efficient, flash, math) at each layer's call
+    assert len(evaluation) == 2 * LAYERS and set(evaluation) == {(True, False, False)}  # 12 blocks: 2 batches
+    record = tiny_core("modernbert", sdpa_backend="efficient").attention_record()
+    assert record["requested"] == "efficient" and record["attention_dropout"] == 0.0
+    assert set(record["dispatched"]) == {"training", "evaluation"}  # no sparse layer
+
+
 def test_the_request_accepts_a_name_a_list_or_auto() -> None:
     assert parse_backends("auto") == () and parse_backends("flash") == ("flash",)
     assert parse_backends(["flash", "efficient"]) == parse_backends("flash,efficient") == ("flash", "efficient")

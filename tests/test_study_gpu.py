@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from femlm.errors import UserError
 from femlm.experiment.schema import Experiment, load, parse
@@ -65,7 +66,7 @@ def test_the_plan_prints_n_delta_the_gates_and_seeds_per_window_for_both_cards(w
         assert f"  {card}: " in text
     assert text.count("seeds per window:") == 2 and text.count("windows to N:") == 2
     # every figure says whether it was measured or assumed
-    assert "(assumed)" in text and "measured:" in text
+    assert "training row tokens/s (assumed" in text and "measured:" in text
     # K and the ratio come from the arm configs: FE across passes' K = floor(1 / 0.15) = 6, K-copy 4
     assert w.plan.runs.cycle == 6 and w.plan.runs.passes["fe_subword"] == pytest.approx(
         w.plan.runs.passes["mlm_subword"] / 4)
@@ -101,7 +102,7 @@ def test_arms_that_do_not_cover_one_cycle_of_visits_are_refused(w) -> None:
         plan.refuse()
 
 
-@pytest.mark.parametrize("model_type", ["bert", "roberta-prelayernorm"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta-prelayernorm", "modernbert"])
 def test_the_plans_model_counts_match_the_built_model(model_type: str) -> None:
     from transformers import AutoConfig, AutoModelForMaskedLM
 
@@ -109,9 +110,52 @@ def test_the_plans_model_counts_match_the_built_model(model_type: str) -> None:
 
     arch = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
             "max_position_embeddings": 66, "type_vocab_size": 1}
-    model = AutoModelForMaskedLM.from_config(AutoConfig.for_model(model_type, vocab_size=100, **arch))
-    assert gpu_plan.bert_flops(arch, 100) == flop_counts(model)
-    assert gpu_plan.bert_parameters({**arch, "model_type": model_type}, 100) == sum(p.numel() for p in model.parameters())
+    extra = {"pad_token_id": 0, "cls_token_id": 2, "sep_token_id": 3, "bos_token_id": 2, "eos_token_id": 3} \
+        if model_type == "modernbert" else {}
+    with torch.device("meta"):
+        model = AutoModelForMaskedLM.from_config(AutoConfig.for_model(model_type, vocab_size=100, **arch, **extra))
+    typed = {**arch, "model_type": model_type}
+    assert gpu_plan.model_flops(typed, 100) == flop_counts(model)
+    assert gpu_plan.model_parameters(typed, 100) == sum(p.numel() for p in model.parameters())
+
+
+def test_the_plan_counts_the_study_model_and_refuses_a_layer_type_it_cannot(w) -> None:
+    runs = w.plan.runs
+    assert runs.arch["model_type"] == "modernbert" and runs.params == 6_367_744  # the pre-flight's C1: 6.4M
+    assert "ModernBERT" in w.plan.text() and "6,367,744 parameters" in w.plan.text()
+    with pytest.raises(UserError, match="model.arch.model_type='deberta-v2': the plan counts bert"):
+        gpu_plan.model_parameters({**runs.arch, "model_type": "deberta-v2"}, runs.vocab)
+
+
+def test_the_composed_runs_are_the_preflights_recipe(w) -> None:
+    """results/study-gpu/preflight/README.md: C1's warm-up and its continual phase, as femlm composes them."""
+    warm, arms, _ = w.composed
+    for c in (warm, *arms.values()):
+        cfg = c.cfg
+        assert dict(cfg.model.arch).items() >= {"model_type": "modernbert", "hidden_size": 256, "num_hidden_layers": 4,
+                                                "num_attention_heads": 4, "intermediate_size": 1024,
+                                                "attention_dropout": 0.0, "mlp_dropout": 0.0,
+                                                "embedding_dropout": 0.0}.items()
+        t = cfg.trainer
+        assert (cfg.data.block_size, t.batch_size, tuple(t.betas), t.eps, t.weight_decay, t.grad_clip, t.schedule) == \
+            (128, 32, (0.9, 0.98), 1e-6, 0.01, 1.0, "linear")
+        assert cfg.runtime.sdpa_backend == "efficient" and cfg.model.vocab_size == 8192
+    assert (warm.cfg.trainer.max_steps, warm.cfg.trainer.lr, warm.cfg.trainer.warmup_ratio) == (2000, 1e-3, 0.1)
+    for c in arms.values():
+        assert (c.cfg.trainer.max_steps, c.cfg.trainer.lr, c.cfg.trainer.warmup_ratio) == (300, 3e-4, 0.06)
+        assert (c.cfg.domain.name, c.cfg.domain.max_documents, c.cfg.data.split_seed) == ("acl", 20, 0)
+    assert arms["fe_subword"].cfg.masking.num_copies == 4
+
+
+def test_a_launch_bound_step_floors_the_plans_speed(w) -> None:
+    g, runs = copy.deepcopy(w.g), w.plan.runs
+    card = g.cards[0]
+    fast = gpu_plan.card_plan(g, card, runs, 46, 450.0, ARMS)
+    card.min_step_s.value = 0.1  # a 100 ms step: 2,000 warm-up steps take at least 200 s
+    slow = gpu_plan.card_plan(g, card, runs, 46, 450.0, ARMS)
+    warm = {name: s for name, s, _ in slow.parts}["warm-up"]
+    assert warm >= runs.warmup_steps * 0.1 > {name: s for name, s, _ in fast.parts}["warm-up"]
+    assert slow.tokens_per_s == pytest.approx(runs.rows * runs.seq / 0.1) and slow.first_window < fast.first_window
 
 
 # ---------------------------------------------------------------------------------------------- the typed block
@@ -222,6 +266,34 @@ def test_prepared_data_is_reused_only_when_its_settings_are_equal(tmp_path: Path
     assert gpu_data.prepared(exp, tmp_path) is None
     with pytest.raises(UserError, match=r"prepared with other settings \(arms differ"):
         gpu_data.load(exp, tmp_path)
+
+
+def test_a_modernbert_checkpoint_keeps_the_prepared_tokenizer_though_it_loads_as_another_class(
+        w, tmp_path: Path) -> None:
+    """transformers loads a ModernBERT directory's tokenizer as its generic class: the same ids, accepted; another
+    vocabulary is refused."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from femlm.data.config import DownloadConfig
+    from femlm.data.prepare import tokenizer_fingerprint
+    from femlm.models.load import load_tokenizer
+    from femlm.study.gpu_data import Data
+    from helpers.tiny import tiny_tokenizer
+
+    folder = tmp_path / "data"
+    tiny_tokenizer(folder / "tokenizer", words=20)
+    ours = load_tokenizer(str(folder / "tokenizer"), DownloadConfig(offline=True))
+    data = Data(folder, {"tokenizer": tokenizer_fingerprint(ours)})
+    config = AutoConfig.for_model("modernbert", vocab_size=25, hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=32, pad_token_id=0, cls_token_id=2,
+                                  sep_token_id=3, bos_token_id=2, eos_token_id=3)
+    for name, words in (("same", 20), ("other", 21)):
+        AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path / name)
+        ours.save_pretrained(tmp_path / name) if name == "same" else \
+            tiny_tokenizer(tmp_path / "tok_other", words).save_pretrained(tmp_path / name)
+    w.check_tokenizer(tmp_path / "same", data)
+    with pytest.raises(UserError, match="tokenizer is not the one"):
+        w.check_tokenizer(tmp_path / "other", data)
 
 
 # ---------------------------------------------------------------------------------------------- the README

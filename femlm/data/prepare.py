@@ -60,15 +60,27 @@ PROGRESS_ROWS = 10_000  # show the bar from this many rows on (below it the bar 
 COPY_TOKENS = 16 * 2**20  # tokens copied per step when assembling the split files
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A hash of everything that decides token ids: the fast tokenizer's full JSON plus its class."""
+def _backend(tokenizer: Any) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise UserError(f"tokenizer {type(tokenizer).__name__} is not a fast tokenizer; load one with "
                         "femlm.data.tokenizer.load_tokenizer")
-    digest = hashlib.sha256(backend.to_str().encode())
+    return backend
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A hash of everything that decides token ids: the fast tokenizer's full JSON plus its class."""
+    digest = hashlib.sha256(_backend(tokenizer).to_str().encode())
     digest.update(type(tokenizer).__name__.encode())
     return digest.hexdigest()
+
+
+def splitting_fingerprint(tokenizer: Any) -> str:
+    """A hash of the fast tokenizer's full JSON alone (normaliser, pre-tokeniser, model, vocabulary, special
+    tokens): equal for the same tokenizer loaded as another class. transformers loads a ModernBERT checkpoint's
+    tokenizer as its generic class whatever tokenizer_config.json names (its MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS
+    in 5.x), so a checkpoint saved with a BERT WordPiece vocabulary comes back as another class with the same ids."""
+    return hashlib.sha256(_backend(tokenizer).to_str().encode()).hexdigest()
 
 
 def corpus_key(domain: DomainConfig, tokenizer: Any, block_size: int, download: DownloadConfig,

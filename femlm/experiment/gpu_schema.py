@@ -30,7 +30,8 @@ class Figure:
 class Reference:
     """A training speed measured on a card: the model and batch it was measured at, and how (eager or compiled).
     The plan scales it to the study's model by training FLOPs per row token (femlm.train.flops), which assumes the
-    study's model reaches the same MFU: a figure it labels assumed unless the shapes are the study's own."""
+    study's model reaches the same MFU: a figure it labels assumed unless the layers and shapes are the study's own;
+    a step is never shorter than the card's `min_step_s` (small models are launch-bound, not FLOP-bound)."""
 
     name: str
     hidden_size: int
@@ -43,6 +44,7 @@ class Reference:
     row_tokens_per_s: float
     source: str
     measured: bool = True  # false: a figure assumed for the shape (the smoke run's)
+    model_type: str = "bert"  # the layers it was measured with (femlm.study.gpu_plan.MODEL_TYPES)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Card:
     name: str  # as torch.cuda.get_device_name says it
     reference: Reference
     startup_s: Figure  # one process: imports, the prepared data, the device
+    min_step_s: Figure  # the shortest a training step takes (a small model's eager step is launch-bound)
     run_setup_s: Figure  # per pre-training run: config, model, first evaluation, saving the final model
     compile_s: Figure  # per graph (runtime.compile=true); 0 when eager
     finetune_examples_per_s: Figure  # fine-tuning: training examples per second (every epoch), the study's model

@@ -228,11 +228,16 @@ class Window:
         return f"{len(kept)} seeds kept now; {done} of {self.plan.n} complete" + (f"; {revised}" if revised else "")
 
     def check_tokenizer(self, ckpt: Path, data: gpu_data.Data) -> None:
+        """The checkpoint's tokenizer splits text as the prepared data's did: the same tokenizer JSON (the class
+        it loads as may differ: femlm.data.prepare.splitting_fingerprint), the data's own unchanged."""
         from femlm.data.config import DownloadConfig
-        from femlm.data.prepare import tokenizer_fingerprint
+        from femlm.data.prepare import splitting_fingerprint, tokenizer_fingerprint
         from femlm.models.load import load_tokenizer
 
-        if tokenizer_fingerprint(load_tokenizer(str(ckpt), DownloadConfig(offline=True))) != data.info["tokenizer"]:
+        offline = DownloadConfig(offline=True)
+        ours = load_tokenizer(str(data.tokenizer), offline)
+        if tokenizer_fingerprint(ours) != data.info["tokenizer"] or \
+                splitting_fingerprint(load_tokenizer(str(ckpt), offline)) != splitting_fingerprint(ours):
             raise UserError(f"{ckpt}'s tokenizer is not the one {data.folder} was prepared with: prepare the data "
                             "again from the same experiment file")
 

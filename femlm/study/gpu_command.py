@@ -3,7 +3,8 @@ with this checkout's commit) and the study's README (which shows them for the ne
 
 The command installs the carried wheels (never torch), runs the study inside a hard 8-minute limit (its own
 deadline, `--budget-minutes`, ends the last seed earlier, cleanly), and packs what comes back: one archive of the
-results folder (every kept seed, the gates, the windows) and the warm-up checkpoint in parts of at most 15 MiB
+results folder (every kept seed, the gates, the windows; not the committed pre-flight beside them) and the warm-up
+checkpoint in parts of at most 15 MiB
 (files back from $OUT: at most 8, 16 MiB each).
 """
 
@@ -25,7 +26,7 @@ def carry_paths(warmup_kept: bool) -> list[str]:
 
 def study_command(commit: str) -> str:
     """The device command for one window (`commit`: the checkout's, -dirty when it has uncommitted changes)."""
-    pack = (f"tar czf $OUT/study-gpu.tar.gz --exclude={OUT}/warmup/checkpoint {OUT}; "
+    pack = (f"tar czf $OUT/study-gpu.tar.gz --exclude={OUT}/warmup/checkpoint --exclude={OUT}/preflight {OUT}; "
             f"if [ -d {OUT}/warmup/checkpoint ]; then tar cf - {OUT}/warmup/checkpoint | "
             "split -b 15m - $OUT/warmup-checkpoint.tar.part-; fi")
     return (f"set -o pipefail; export PYTHONUNBUFFERED=1 FEMLM_GIT_COMMIT={commit}; " + INSTALL

@@ -63,23 +63,45 @@ def planned_n(g: GpuStudy, deltas: list[float], revised_sd: float | None = None)
 
 
 # ---------------------------------------------------------------------------------------------- model
-def bert_flops(arch: dict[str, Any], vocab: int) -> FlopCounts:
-    """A BERT masked LM's matmul parameters from its shape (per layer Q, K, V, O and the FFN; the head's transform
-    and decoder); tests check it against femlm.train.flops.flop_counts on the built model."""
-    h, layers, inter = int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
-    return FlopCounts(encoder_params=layers * (4 * h * h + 2 * h * inter), head_params=h * h + h * vocab,
-                      layers=layers, hidden=h)
+# The layer families the plan counts (femlm runs every one through its sparse MLM head; the sparse last layer only
+# for post-LN BERT, so the plan counts every layer dense, as ModernBERT and pre-LN layers run).
+MODEL_TYPES = ("bert", "roberta-prelayernorm", "modernbert")
+MODEL_NAMES = {"bert": "BERT (post-LN)", "roberta-prelayernorm": "BERT (pre-LN)",
+               "modernbert": "ModernBERT (pre-LN, rotary, GeGLU, no biases)"}
 
 
-def bert_parameters(arch: dict[str, Any], vocab: int) -> int:
-    """Parameters of a BertForMaskedLM (or a pre-LN RobertaPreLayerNormForMaskedLM) of this shape, the decoder tied
-    to the word embeddings."""
-    h, layers, inter = int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
+def _shape(arch: dict[str, Any]) -> tuple[str, int, int, int]:
+    kind = str(arch.get("model_type", "bert"))
+    if kind not in MODEL_TYPES:
+        raise UserError(f"study_gpu: model.arch.model_type={kind!r}: the plan counts {', '.join(MODEL_TYPES)}")
+    return kind, int(arch["hidden_size"]), int(arch["num_hidden_layers"]), int(arch["intermediate_size"])
+
+
+def model_flops(arch: dict[str, Any], vocab: int) -> FlopCounts:
+    """A masked LM's matmul parameters from its shape: per layer Q, K, V, O and the FFN (ModernBERT's GeGLU: an up
+    projection to 2 x FFN, half of it the gate, and the down projection), the head's transform and decoder; tests
+    check it against femlm.train.flops.flop_counts on the built model."""
+    kind, h, layers, inter = _shape(arch)
+    ffn = 3 * h * inter if kind == "modernbert" else 2 * h * inter
+    return FlopCounts(encoder_params=layers * (4 * h * h + ffn), head_params=h * h + h * vocab, layers=layers,
+                      hidden=h)
+
+
+def model_parameters(arch: dict[str, Any], vocab: int) -> int:
+    """Parameters of the masked LM of this shape (HF's BertForMaskedLM, RobertaPreLayerNormForMaskedLM or
+    ModernBertForMaskedLM), the decoder tied to the word embeddings."""
+    kind, h, layers, inter = _shape(arch)
+    if kind == "modernbert":  # no biases but the decoder's; LayerNorms without bias; no position embeddings
+        embeddings = vocab * h + h
+        layer = 4 * h * h + 3 * h * inter + 2 * h  # Wqkv, Wo; Wi (2 x FFN), Wo; two norms
+        head = h * h + h + vocab  # dense, norm, decoder bias
+        first_norm, final_norm = h, h  # the first layer's attention norm is an identity (the embeddings' precedes)
+        return embeddings + layers * layer - first_norm + final_norm + head
     positions = int(arch.get("max_position_embeddings", 512))
     embeddings = (vocab + positions + int(arch.get("type_vocab_size", 2))) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h * inter + inter + h + 4 * h
     head = h * h + h + 2 * h + vocab
-    final_norm = 2 * h if "prelayernorm" in str(arch.get("model_type", "")) else 0  # pre-LN: a last LayerNorm
+    final_norm = 2 * h if kind == "roberta-prelayernorm" else 0  # pre-LN: a last LayerNorm
     return embeddings + layers * layer + head + final_norm
 
 
@@ -105,6 +127,7 @@ class Runs:
     arm_evals: int
     arm_eval_blocks: int
     arm_train_blocks: int
+    eval_rows: int  # rows per held-out evaluation batch (runtime.eval_batch_size, else the training batch)
     passes: dict[str, float]  # passes over the arms' training blocks
     cycle: int  # K of FE across passes: visits a full cycle needs
     finetune: dict[str, tuple[int, float, int]]  # task -> (training examples, epochs, runs per checkpoint)
@@ -113,11 +136,11 @@ class Runs:
 
     @property
     def params(self) -> int:
-        return bert_parameters(self.arch, self.vocab)
+        return model_parameters(self.arch, self.vocab)
 
     @property
     def fpt(self) -> float:
-        return flops_per_token(bert_flops(self.arch, self.vocab), self.seq, self.ratio)
+        return flops_per_token(model_flops(self.arch, self.vocab), self.seq, self.ratio)
 
 
 def evaluations(steps: int, every: int) -> int:
@@ -156,7 +179,7 @@ def read_runs(warm: Composed, arms: dict[str, Composed], tasks: dict[str, Compos
                 warmup_eval_blocks=min(int(w.data.eval_blocks), counts["warmup_validation_blocks"]),
                 arm_steps=int(steps), arm_evals=evaluations(steps, first.runtime.eval_every),
                 arm_eval_blocks=min(int(first.data.eval_blocks), counts["arms_validation_blocks"]),
-                arm_train_blocks=int(train), passes=passes, cycle=cycle, finetune=ft, counted=counted,
+                arm_train_blocks=int(train), eval_rows=int(first.runtime.eval_batch_size or rows), passes=passes, cycle=cycle, finetune=ft, counted=counted,
                 problems=problems)
 
 
@@ -169,10 +192,15 @@ def _examples(cfg: Any) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- time
+def label(f: Any) -> str:
+    """A unit cost's provenance: measured (on that card) or assumed, and its source."""
+    return f"{'measured' if f.measured else 'assumed'}: {f.source}"
+
+
 @dataclass
 class CardPlan:
     card: str
-    tokens_per_s: float
+    tokens_per_s: float  # training row tokens/s at the study's shape (the shortest step included)
     tokens_measured: bool
     parts: list[tuple[str, float, str]]  # (part, seconds, how it was counted)
     first_window: int  # seeds in the window that also trains the warm-up
@@ -187,26 +215,38 @@ def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms
     """Minutes per part, seeds per window and windows to N on one card. `measured`: what earlier windows on this
     card measured (median seconds of a seed's arms and of its downstream runs), used instead of the unit costs."""
     ref = card.reference
-    ref_fpt = flops_per_token(bert_flops({"hidden_size": ref.hidden_size, "num_hidden_layers": ref.num_hidden_layers,
-                                          "intermediate_size": ref.intermediate_size}, ref.vocab_size), ref.seq,
-                              runs.ratio)
-    same = ref.measured and (ref.hidden_size, ref.num_hidden_layers, ref.intermediate_size, ref.vocab_size, ref.seq, ref.rows) == \
-        (runs.arch["hidden_size"], runs.arch["num_hidden_layers"], runs.arch["intermediate_size"], runs.vocab,
-         runs.seq, runs.rows)
+    ref_arch = {"model_type": ref.model_type, "hidden_size": ref.hidden_size, "num_hidden_layers": ref.num_hidden_layers,
+                "intermediate_size": ref.intermediate_size}
+    ref_fpt = flops_per_token(model_flops(ref_arch, ref.vocab_size), ref.seq, runs.ratio)
+    same = ref.measured and (ref.model_type, ref.hidden_size, ref.num_hidden_layers, ref.intermediate_size,
+                             ref.vocab_size, ref.seq, ref.rows) == \
+        (str(runs.arch.get("model_type", "bert")), runs.arch["hidden_size"], runs.arch["num_hidden_layers"],
+         runs.arch["intermediate_size"], runs.vocab, runs.seq, runs.rows)
     tok = ref.row_tokens_per_s * ref_fpt / runs.fpt
+    floor = card.min_step_s.value
     how = (f"measured: {ref.row_tokens_per_s:,.0f} row tokens/s ({ref.mode})" if same else
            f"assumed: {ref.name} {ref.mode} {ref.row_tokens_per_s:,.0f} row tokens/s scaled by FLOPs per token "
-           f"({ref_fpt / 1e6:.0f} -> {runs.fpt / 1e6:.1f} MFLOP)")
+           f"({ref_fpt / 1e6:.0f} -> {runs.fpt / 1e6:.1f} MFLOP), a step at least {floor * 1e3:g} ms "
+           f"({label(card.min_step_s)})")
     speed = {s.arm: s for s in card.arm_speed}
-    evals = 3 * tok  # a forward pass: a third of a training step's FLOPs per token, at the same MFU (assumed)
+
+    def steps_s(steps: int, factor: float = 1.0) -> float:
+        """Training steps: FLOPs at the reference's MFU, or the card's shortest step where that is longer."""
+        return steps * max(floor, runs.rows * runs.seq / (tok * factor))
+
+    def evals_s(evaluations: int, blocks: int) -> float:
+        """Held-out evaluations in batches of runs.eval_rows: a forward pass is a third of a training step's
+        FLOPs per token and (launch-bound) a third of its shortest time, at the same MFU (assumed)."""
+        batches = math.ceil(blocks / runs.eval_rows)
+        return evaluations * max(batches * floor / 3, blocks * runs.seq / (3 * tok))
 
     def arm_s(name: str) -> float:
         factor = speed[name].factor if name in speed else 1.0
-        return (runs.arm_steps * runs.rows * runs.seq / (tok * factor)
-                + runs.arm_evals * runs.arm_eval_blocks * runs.seq / evals + card.run_setup_s.value)
+        return (steps_s(runs.arm_steps, factor) + evals_s(runs.arm_evals, runs.arm_eval_blocks)
+                + card.run_setup_s.value)
 
-    warm_s = (runs.warmup_steps * runs.rows * runs.seq / tok + runs.warmup_evals * runs.warmup_eval_blocks * runs.seq
-              / evals + card.run_setup_s.value)
+    warm_s = (steps_s(runs.warmup_steps) + evals_s(runs.warmup_evals, runs.warmup_eval_blocks)
+              + card.run_setup_s.value)
     seed_s = sum(arm_s(a) for a in arms)
     ft_s = len(arms) * sum(x * e * r for x, e, r in runs.finetune.values()) / card.finetune_examples_per_s.value
     seen = measured or {}
@@ -214,9 +254,6 @@ def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms
     ft_how = "measured: the median seed of earlier windows on this card" if "downstream" in seen else ""
     seed_s, ft_s = seen.get("arms", seed_s), seen.get("downstream", ft_s)
     fixed = card.startup_s.value + card.results_s.value + g.window.margin_s + 2 * card.compile_s.value
-
-    def label(f: Any) -> str:
-        return f"{'measured' if f.measured else 'assumed'}: {f.source}"
 
     slow = [f"{s.arm} at {s.factor:g}x ({'measured' if s.measured else 'assumed'}: {s.source})"
             for s in card.arm_speed if s.arm in arms and s.factor != 1]
@@ -254,13 +291,18 @@ def card_plan(g: GpuStudy, card: Card, runs: Runs, n: int, budget_s: float, arms
         return max(w, 1) if start < n else 0
 
     per_window = windows(budget_s - fixed - warm_s, budget_s - fixed - warm_s)
-    return CardPlan(card.name, tok, same, parts, first, fill(done, later_room),
-                    windows(budget_s - fixed - (0.0 if warmup_done else warm_s), later_room), per_window)
+    # a later window: once the seeds with downstream runs are done (they cost the most), seeds of arms alone
+    later = fill(max(done + first, g.downstream.pretrain_seeds), later_room)
+    effective = min(tok, runs.rows * runs.seq / floor)
+    notes = [] if effective == tok else [f"FLOPs at the reference's MFU alone would allow {tok:,.0f}: the shortest "
+                                         f"step ({floor * 1e3:g} ms) decides at {runs.rows} x {runs.seq}"]
+    return CardPlan(card.name, effective, same, parts, first, later,
+                    windows(budget_s - fixed - (0.0 if warmup_done else warm_s), later_room), per_window, notes)
 
 
 # ---------------------------------------------------------------------------------------------- the plan
 MIB = 2**20
-WHEELS_MIB = 0.5  # hydra-core, omegaconf and antlr4's wheels (benchmarks/gpu_bundle.py)
+WHEELS_MIB = 1.2  # .whl/ as benchmarks/gpu_bundle.py fills it (measured 2026-11-27: 1.22 MiB, with datasets)
 
 
 @dataclass
@@ -354,9 +396,10 @@ def _lines(g: GpuStudy, p: Plan, budget_minutes: float) -> list[str]:
              f"loss below the warm-up checkpoint's (its step-0 value), else: {g.gates.on_arm_fail}",
              f"  windows: {a.windows}",
              f"  seeds complete: {p.done} of {p.n}",
-             f"  model: BERT {r.arch['num_hidden_layers']} x {r.arch['hidden_size']} (FFN {r.arch['intermediate_size']}), "
-             f"vocabulary {r.vocab}, {r.params:,} parameters, {r.fpt / 1e6:.1f} MFLOP per row token; "
-             f"every run {r.rows} rows x {r.seq} tokens per step",
+             f"  model: {MODEL_NAMES[_shape(r.arch)[0]]} {r.arch['num_hidden_layers']} x {r.arch['hidden_size']} "
+             f"({r.arch['num_attention_heads']} heads, FFN {r.arch['intermediate_size']}), vocabulary {r.vocab}, "
+             f"{r.params:,} parameters, {r.fpt / 1e6:.1f} MFLOP per row token (every layer dense); every run "
+             f"{r.rows} rows x {r.seq} tokens per step, held-out evaluation in batches of {r.eval_rows}",
              f"  arms at equal compute: {r.arm_steps} steps each; passes over {r.arm_train_blocks} ACL training blocks "
              f"({r.counted}): " + ", ".join(f"{k} {v:.1f}" for k, v in r.passes.items())
              + f" (one cycle of FE across passes: {r.cycle} visits)",
@@ -369,7 +412,8 @@ def _lines(g: GpuStudy, p: Plan, budget_minutes: float) -> list[str]:
              f"  window: {budget_minutes:g} minutes (estimate.budget_minutes; --budget-minutes), "
              f"{g.window.margin_s:g} s kept for the results"]
     for c in p.cards:
-        lines.append(f"  {c.card}: {c.tokens_per_s:,.0f} row tokens/s ({'measured' if c.tokens_measured else 'assumed'})")
+        lines.append(f"  {c.card}: {c.tokens_per_s:,.0f} training row tokens/s ({'measured' if c.tokens_measured else 'assumed'}"
+                     + "".join(f"; {n}" for n in c.notes) + ")")
         lines.append(f"    {'part':<22}{'minutes':>8}")
         lines += [f"    {name:<22}{s / 60:>8.2f}  {how}" for name, s, how in c.parts]
         def count(w: int | None) -> str:
@@ -379,6 +423,7 @@ def _lines(g: GpuStudy, p: Plan, budget_minutes: float) -> list[str]:
             lines.append(f"    N reached: {p.done} complete seeds")
             continue
         lines.append(f"    seeds per window: {c.first_window} in the window that trains the warm-up, {c.later_window} "
-                     f"in each later one; windows to N: {count(c.windows)} with the carried warm-up, "
+                     f"in each later one (once the first {g.downstream.pretrain_seeds} seeds' downstream runs are done); "
+                     f"windows to N: {count(c.windows)} with the carried warm-up, "
                      f"{count(c.windows_per_window_warmup)} if every window trained its own")
     return lines + [f"  REFUSED: {why}" for why in p.problems]

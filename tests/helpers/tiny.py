@@ -100,11 +100,12 @@ def patch_blocks(n_train: int = 96, n_val: int = 24, seed: int = 0) -> None:
 
 def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, seed: int = 0,
               word_starts: torch.Tensor | None = None, length: int = 32, batch_size: int = 8, dropout: float = 0.0,
-              **runtime: Any) -> Any:
+              arch: dict[str, Any] | None = None, **runtime: Any) -> Any:
     """A PretrainCore over a 2-layer, 32-wide model without dropout (so two cores built alike take identical
     steps; `dropout`: the attention dropout) on synthetic `length`-token blocks (32), batch `batch_size` (8);
-    `masking`: a MaskingConfig (default mlm_subword) with its
-    `word_starts` table (whole-word, span), `runtime`: RuntimeConfig keys (precision defaults to fp32, so the machine's `auto` choice never enters a test)."""
+    `masking`: a MaskingConfig (default mlm_subword) with its `word_starts` table (whole-word, span), `arch`:
+    further HF config keys, `runtime`: RuntimeConfig keys (precision defaults to fp32, so the machine's `auto`
+    choice never enters a test)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     from femlm.masking import MaskingConfig, build_masker
@@ -112,11 +113,14 @@ def tiny_core(model_type: str = "bert", masking: Any = None, blocks: int = 200, 
     from femlm.train.config import TrainerConfig
     from femlm.train.core import PretrainCore
 
-    arch = {k: v for k, v in TINY_ARCH.items() if k != "model_type"}
-    arch["max_position_embeddings"] = max(arch["max_position_embeddings"], length)
+    shape = {k: v for k, v in TINY_ARCH.items() if k != "model_type"}
+    shape["max_position_embeddings"] = max(shape["max_position_embeddings"], length)
     extra = {"pad_token_id": 1} if model_type == "roberta" else {}
+    if model_type == "modernbert":  # SPECIALS' ids (its defaults name its own 50k vocabulary); its dropout key
+        extra = {"pad_token_id": 0, "cls_token_id": 2, "sep_token_id": 3, "bos_token_id": 2, "eos_token_id": 3,
+                 "attention_dropout": dropout}
     config = AutoConfig.for_model(model_type, vocab_size=99, hidden_dropout_prob=0.0,
-                                  attention_probs_dropout_prob=dropout, **arch, **extra)
+                                  attention_probs_dropout_prob=dropout, **shape, **extra, **(arch or {}))
     torch.manual_seed(seed)
     model = AutoModelForMaskedLM.from_config(config)
     masker = build_masker(masking or MaskingConfig(), mask_token_id=4, vocab_size=99, special_ids=[0, 1, 2, 3, 4],

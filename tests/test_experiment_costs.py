@@ -62,6 +62,21 @@ def test_the_avx2_units_give_back_the_records_they_were_derived_from() -> None:
     assert 208 + 10 <= analysis <= 208 + 20
 
 
+def test_the_fitted_class_gives_back_its_committed_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class whose units were fitted to a run (tiny.yaml's `source` names results/tiny/timings.json) plans that
+    run's stages within 10% and its total within 5%: units edited away from the measurement fail here."""
+    timings = json.loads((REPO / "results" / "tiny" / "timings.json").read_text())
+    isa, precision = timings["class"].split()
+    assert "results/tiny/timings.json" in load("tiny").estimate.classes[timings["class"]]["source"]
+    runner = _planned(monkeypatch, isa)
+    assert runner.sizing is not None and runner.sizing.cls == f"{isa} {precision}"
+    planned = costs.by_part(runner.planned, {s.name: s.estimate_s for s in runner.planned})
+    for stage, figures in timings["stages"].items():
+        slack = max(0.10 * figures["wall_s"], 1.0)  # download and report: a second or two each
+        assert abs(planned[stage] - figures["wall_s"]) <= slack, (stage, planned[stage], figures["wall_s"])
+    assert abs(sum(planned.values()) - timings["total_wall_s"]) <= 0.05 * timings["total_wall_s"]
+
+
 def test_each_unit_counts_what_the_command_does() -> None:
     common = ["preset=tiny", "runtime.precision=fp32"]
     scratch = compose("pretrain-scratch", [*common, "trainer.max_steps=40", "runtime.eval_every=20",

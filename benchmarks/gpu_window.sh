@@ -12,7 +12,8 @@
 # folders down). Nothing here needs hydra-core, omegaconf or datasets.
 #
 # Through the device tool (benchmarks/README.md), from the repository root, the commit measured named:
-#   run(command="FEMLM_GIT_COMMIT=$(git rev-parse HEAD) bash benchmarks/gpu_window.sh", timeout_s=300)
+#   run(command="FEMLM_GIT_COMMIT=<sha> bash benchmarks/gpu_window.sh", timeout_s=300)
+# with <sha> this checkout's `git rev-parse HEAD`, typed in: the device's copy has no .git.
 # then copy <files_at>/<card>-<date>/ into results/gpu/ and commit it.
 # --smoke: the same steps and files on the CPU at tiny sizes, into a temporary folder (tests/test_benchmarks.py).
 set -uo pipefail

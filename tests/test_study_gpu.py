@@ -21,7 +21,7 @@ from femlm.errors import UserError
 from femlm.experiment.schema import Experiment, load, parse
 from femlm.experiment.tables import Options
 from femlm.study import gpu_plan, gpu_windows
-from femlm.study.gpu_plan import tost_pairs, tost_power
+from femlm.study.gpu_power import tost_pairs, tost_power
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("FEMLM_MIRROR") or REPO.parent / "shared" / "data")

@@ -128,7 +128,7 @@ def revision(out: Path) -> dict[str, Any] | None:
 
 def maybe_revise(out: Path, g: Any, reference: str, arms: list[str], deltas: list[float], window: str) -> str | None:
     """The one revision of N (see the module's docstring); a line saying what it did, or None."""
-    from femlm.study.gpu_plan import planned_n
+    from femlm.study.gpu_power import planned_n
 
     recs = complete(records(out))
     if revision(out) is not None or len(recs) < g.analysis.revision.min_seeds:

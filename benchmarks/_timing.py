@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +60,6 @@ def block_seconds(blocks: list[tuple[int, int, float]], compiled: list[bool]) ->
     flags = compiled + [False] * (max((b[1] for b in blocks), default=0) - len(compiled))
     clean = [(last - first + 1, s) for first, last, s in blocks if not any(flags[first - 1:last])]
     return sum(s for _, s in clean) / sum(n for n, _ in clean) if clean else math.nan
-
-
-def median_or_nan(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 @contextlib.contextmanager

@@ -90,11 +90,6 @@ def arm_colors(arms: Any) -> dict[str, str]:
     return out
 
 
-def arm_color(arm: Any) -> str:
-    """One arm's colour alone (a figure with several unpinned arms should ask `arm_colors` for all of them)."""
-    return arm_colors([arm])[str(arm)]
-
-
 def pyplot() -> Any:
     """matplotlib.pyplot on the file-only Agg backend (servers, tests, no display)."""
     import matplotlib

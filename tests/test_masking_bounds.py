@@ -61,6 +61,12 @@ def label_counts(masker, rows: int) -> tuple[np.ndarray, np.ndarray]:
     return counts, counts.reshape(-1, rows).sum(axis=1)
 
 
+# MLM, K-copy FE and FE across passes: each exact word-level test runs under all three.
+EXACT_LAWS = pytest.mark.parametrize("settings", [{}, {"strategy": "fully_explored", "num_masks": 4},
+                                                  {"strategy": "fully_explored_passes", "num_masks": None}],
+                                     ids=["mlm", "fe-k4", "fe-passes"])
+
+
 def test_the_measured_words_are_the_corpus_words() -> None:
     words = WordLengths.measure(masker_for(granularity="span"), BLOCKS)
     assert words.longest == 4 and words.mean == pytest.approx(0.6 + 0.5 + 0.6, rel=0.05)
@@ -68,9 +74,7 @@ def test_the_measured_words_are_the_corpus_words() -> None:
     assert WordLengths.measure(masker_for(granularity="span"), BLOCKS[:0]) == WordLengths()
 
 
-@pytest.mark.parametrize("settings", [{}, {"strategy": "fully_explored", "num_masks": 4},
-                                      {"strategy": "fully_explored_passes", "num_masks": None}],
-                         ids=["mlm", "fe-k4", "fe-passes"])
+@EXACT_LAWS
 def test_exact_whole_word_masks_hold_tau_per_row_and_reach_it(settings: dict) -> None:
     masker = masker_for(granularity="whole_word", **settings)
     shape = masker.label_bound(ROWS, LENGTH, BLOCKS)
@@ -80,9 +84,7 @@ def test_exact_whole_word_masks_hold_tau_per_row_and_reach_it(settings: dict) ->
     assert per_row.max() == tau and per_batch.max() == shape.size  # reached, never exceeded
 
 
-@pytest.mark.parametrize("settings", [{}, {"strategy": "fully_explored", "num_masks": 4},
-                                      {"strategy": "fully_explored_passes", "num_masks": None}],
-                         ids=["mlm", "fe-k4", "fe-passes"])
+@EXACT_LAWS
 def test_exact_span_masks_stay_within_the_longest_word_of_tau(settings: dict) -> None:
     masker = masker_for(granularity="span", **settings)
     shape = masker.label_bound(ROWS, LENGTH, BLOCKS)

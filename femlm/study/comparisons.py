@@ -27,7 +27,6 @@ from femlm.study import arms
 
 FAVOURS, AGAINST, UNDECIDED = "favours FE", "against FE", "not decided"
 LOWER, HIGHER = "lower", "higher"
-NATURES = ("outcome", "prediction", "mechanism")
 # A bootstrap interval from so few units covers less than its nominal 95% for skewed data (the coverage
 # simulation in femlm/analysis/intervals.py: 0.90-0.92 from 10 to 20 units); a reading there says so.
 FEW_UNITS = 20

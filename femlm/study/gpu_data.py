@@ -173,7 +173,3 @@ def _describe(info: dict[str, Any]) -> str:
             f"{c['arms']['train']['blocks']:,} and {c['arms']['validation']['blocks']:,}; tasks "
             f"{', '.join(info['tasks']) or 'none'}")
 
-
-def size_mib(folder: Path, exclude: tuple[str, ...] = ()) -> float:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not any(
-        part in exclude for part in p.relative_to(folder).parts)) / 2**20

@@ -24,18 +24,12 @@ from femlm.study.sections import (
 from femlm.study.text import minutes
 from femlm.study.verdicts import Comparison
 
-BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 INTRO = ("Three questions of issue 17, each answered with error bars: (1) does fully-explored masking reduce the "
          "variance of the *training* gradient at equal compute (predicted by a variance decomposition), and does "
          "the gradient covariance's fall with Hamming distance show context interactions beyond what additive "
          "per-token gradients give (additive gradients alone satisfy Assumption 1); (2) does FE make training faster at equal compute (held-out MLM "
          "loss against training FLOPs, MLM vs FE-MLM vs the i.i.d. K-mask control, in both equal-compute modes); "
          "(3) does anything survive downstream (ACL-ARC, SciERC)?")
-
-
-def markers(plan: dict[str, Any]) -> tuple[str, str]:
-    name = str(plan.get("name", "study")).replace("_", "-")
-    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
 def sizing_sentence(plan: dict[str, Any]) -> str:

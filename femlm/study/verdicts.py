@@ -82,7 +82,6 @@ from femlm.study.comparisons import (  # noqa: F401  (re-exported: the writer's 
 
 ALPHA = 0.05
 POWER = 0.8
-KINDS = keys.KINDS
 FAMILY_NAME = {"confirmatory": "confirmatory (declared before the data)",
                "primary": "primary, chosen after the data", "exploratory": "exploratory"}
 

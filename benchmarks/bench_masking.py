@@ -28,7 +28,6 @@ import torch
 from _common import ROOT, config  # noqa: I001 (puts the repository on sys.path)
 
 from femlm.masking import MaskingCollator, MaskingConfig, make_generator, sequences_per_batch
-from femlm.masking.collator import masker_for_tokenizer
 from femlm.masking.passes import mask_visits
 from femlm.runs import cpu_model
 from helpers.passes_reference import mask_visits_per_row
@@ -103,7 +102,7 @@ def passes_table(tok: Any, feats: list[dict[str, list[int]]], builds: int, refer
     """FE across passes as the trainer builds it, against mlm_subword's masker on the same block tensor."""
     ids = torch.tensor([f["input_ids"] for f in feats])
     rows = ids.shape[0]
-    mlm, _ = masker_for_tokenizer(ours(tok, "mlm_subword")[0], tok)
+    mlm = ours(tok, "mlm_subword")[1].masker
     base = median_time(lambda: mlm(ids, None, make_generator(0, 1)), builds)
     print(f"\nFE across passes as the trainer builds it ({rows}x{ids.shape[1]} block tensor, median of {builds} "
           f"builds, {cpu_model()}, torch threads={torch.get_num_threads()})")
@@ -111,8 +110,8 @@ def passes_table(tok: Any, feats: list[dict[str, list[int]]], builds: int, refer
     print(f"{'mlm_subword (masker)':<36} {base * 1e3:>9.2f} {1.0:>14.2f}x")
     keys = torch.arange(rows)
     for name in PASSES_ARMS:
-        cfg = ours(tok, name)[0]
-        masker, _ = masker_for_tokenizer(cfg, tok)
+        cfg, collator = ours(tok, name)
+        masker = collator.masker
         visits = torch.arange(rows) % (4 * cfg.num_masks)  # every slot of four cycles
         sec = median_time(lambda m=masker, v=visits: mask_visits(m, ids, keys, v, 0), builds)
         line = f"{name:<36} {sec * 1e3:>9.2f} {sec / base:>14.2f}x"

@@ -73,14 +73,6 @@ def carried_size(extra: list[str]) -> int:
     return sum(p.stat().st_size for p in files if p.is_file())
 
 
-def commit() -> tuple[str, bool]:
-    """HEAD and whether the tree has uncommitted changes to tracked files (the device copy has no .git)."""
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return head.stdout.strip() or "unknown", bool(dirty)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--no-wheels", action="store_true", help="do not download or build the wheels")
@@ -107,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     carry = carry_paths(kept)
     size = carried_size([c for c in carry if (REPO / c).exists()])
     missing = [c for c in carry if not (REPO / c).exists()]
-    sha, dirty = commit()
+    from femlm.runs import git_commit
+
+    sha = git_commit(REPO)  # "-dirty" when tracked files have uncommitted changes (the device copy has no .git)
     print(f"the copy for the device machine: {size / 2**20:.1f} MiB (limit {LIMIT / 2**20:.0f} MiB); the warm-up "
           + ("checkpoint is kept in the tree (carried)" if kept else "trains in this window (its corpus carried)")
           + (f"; not there yet: {', '.join(missing)}" if missing else ""))
-    if dirty:
-        print(f"the tree is DIRTY: commit first, or the results name {sha}-dirty", file=sys.stderr)
-        sha += "-dirty"
+    if sha.endswith("-dirty"):
+        print(f"the tree is DIRTY: commit first, or the results name {sha}", file=sys.stderr)
     if size > LIMIT:
         print("too large: remove untracked files the study does not need", file=sys.stderr)
         return 1

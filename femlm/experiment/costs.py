@@ -112,6 +112,20 @@ def configs(steps: list[Step]) -> dict[str, Any]:
     return out
 
 
+def evaluations(steps: int, every: int) -> int:
+    """Held-out evaluations of a pre-training run: step 0, every `every` steps, and the last step."""
+    return 1 + -(-steps // every)
+
+
+def train_examples(cfg: Any) -> int:
+    """A fine-tuning run's training examples per epoch: the task's train split, capped by finetune.max_train_examples."""
+    from femlm.data.registry import get_entry
+
+    full = int(get_entry(str(cfg.task.dataset)).sizes.get("train", 0))
+    cap = cfg.finetune.max_train_examples
+    return min(full, int(cap)) if cap is not None else full
+
+
 class Costs:
     """Planned seconds of one step from a class's unit costs and the step's composed config."""
 
@@ -140,7 +154,7 @@ class Costs:
 
     def pretrain(self, cfg: Any) -> float:
         steps, rt = int(cfg.trainer.max_steps), cfg.runtime
-        evals = 1 + -(-steps // int(rt.eval_every))  # step 0, every eval_every steps, and the last step
+        evals = evaluations(steps, int(rt.eval_every))
         saves = 1 + -(-steps // int(rt.save_every))  # milestones, the last step's state, the final model
         rows = steps * int(cfg.trainer.batch_size) * int(cfg.data.block_size) / 128
         domain = str(cfg.domain.name)
@@ -151,14 +165,12 @@ class Costs:
                 + saves * self.get("save"))
 
     def finetune(self, cfg: Any) -> float:
-        from femlm.data.catalog import load_catalog
+        from femlm.data.registry import get_entry
 
         ft, task = cfg.finetune, cfg.task
-        sizes = load_catalog()[str(task.dataset)].sizes
+        sizes = get_entry(str(task.dataset)).sizes
         epochs = float(ft.epochs if ft.epochs is not None else task.epochs)
-        train = int(sizes.get("train", 0))
-        if ft.max_train_examples is not None:
-            train = min(train, int(ft.max_train_examples))
+        train = train_examples(cfg)
         dev, test = int(sizes.get("dev", 0)), int(sizes.get("test", 0))
         scored = (epochs + 1) * dev + test  # dev after every epoch and for the kept model; test once
         name = str(task.name)

@@ -55,7 +55,7 @@ def _runs(block: dict[str, Any], checkpoints: list[str]) -> list[tuple[str, list
 
 def producible(plan: dict[str, Any]) -> list[str]:
     """Every key the plan can produce; ``K*`` where the plan does not fix the K values (fnmatch patterns)."""
-    from femlm.masking.config import ROLES
+    from femlm.experiment.arms import masking
 
     out: list[str] = []
     p = plan.get("pretrain") or {}
@@ -68,7 +68,7 @@ def producible(plan: dict[str, Any]) -> list[str]:
         if p.get("fe_arm", "fe_subword") in names and p.get("control", "iid_subword") in names:
             out += [f"fe_vs_control/{mode}/{m}" for m in METRICS]
     for task in (plan.get("finetune") or {}).get("tasks") or []:
-        out += [f"downstream/{task}/{arm}" for arm in names if arm != ref and ROLES.get(_strategy(arm)) == "fe"]
+        out += [f"downstream/{task}/{arm}" for arm in names if arm != ref and _is_fe(masking(arm))]
     if plan.get("encoder") is not None:  # a CPU study: its decomposition runs at least on the warmed-up encoder
         d = plan.get("decomposition") or {}
         for run, ks in _runs(d, list(d.get("checkpoints", ["warmup"]))):
@@ -81,15 +81,8 @@ def producible(plan: dict[str, Any]) -> list[str]:
     return out
 
 
-def _strategy(arm: str) -> str:
-    """The arm's masking strategy, from its YAML (femlm/conf/masking/<arm>.yaml; "random" when it names none)."""
-    import yaml
-
-    from femlm import CONF_DIR
-
-    path = CONF_DIR / "masking" / f"{arm}.yaml"
-    data = yaml.safe_load(path.read_text()) if path.is_file() else None
-    return str((data or {}).get("strategy", "random"))
+def _is_fe(cfg: Any) -> bool:
+    return cfg is not None and cfg.role == "fe"
 
 
 def check_plan(plan: dict[str, Any], where: str) -> None:

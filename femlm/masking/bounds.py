@@ -89,6 +89,12 @@ class WordLengths:
         return max(second - first**2, 0.0)
 
 
+def needs_words(cfg: MaskingConfig) -> bool:
+    """Whether `label_bound` reads measured word lengths: spans and Bernoulli whole words do; sub-word laws and
+    exact whole words (tau tokens per row whatever the words) do not."""
+    return cfg.granularity != "subword" and not (cfg.count == "exact" and cfg.granularity == "whole_word")
+
+
 def label_bound(cfg: MaskingConfig, rows: int, length: int, copies: int = 1,
                 words: WordLengths | None = None) -> Shape:
     """The fixed shape for micro-batches of ``rows`` rows of ``length`` tokens under ``cfg`` (module doc);

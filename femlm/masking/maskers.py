@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bounds import Shape, WordLengths, label_bound
+from .bounds import Shape, WordLengths, label_bound, needs_words
 from .config import PASSES, MaskingConfig, MaskingError
 from .sampling import (
     mask_budget,
@@ -146,7 +146,7 @@ class Masker:
         (:mod:`femlm.masking.bounds`); word-level laws measure their words on ``sample``, token blocks the masker
         will see (without it, or without a word-start table: one token per word)."""
         words = None
-        if self.cfg.granularity != "subword" and sample is not None:
+        if needs_words(self.cfg) and sample is not None:
             words = WordLengths.measure(self, sample)
         return label_bound(self.cfg, rows, length, self.num_copies, words)
 

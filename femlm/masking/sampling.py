@@ -46,9 +46,12 @@ def mix_seeds(seed: int, steps: np.ndarray, ranks: np.ndarray, micro_step: int =
 
 
 def _splitmix64_np(x: np.ndarray) -> np.ndarray:
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    """`_splitmix64` over a uint64 array (wrapping, as the scalar version masks). femlm/data/sample.py has the same
+    mixer for document sampling: the layers (tests/test_layers.py) let neither import the other."""
+    with np.errstate(over="ignore"):  # 0-d inputs compute as numpy scalars, which warn on the intended wrap
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
 
 

@@ -154,6 +154,6 @@ def attention_record(kernels: AttentionKernels, config: Any, device: Any, dtype:
     if sparse_width is not None:
         found["training_sparse_layer"] = kernel(True, sparse_width)
     how = "torch._fused_sdp_choice at the run's shapes under the step's kernels"
-    if compiled and (kernels.training is None or "math" in kernels.training):
+    if keeps_probabilities(kernels.requested or "auto", compiled):
         how += " (eager dispatch: compiled with math allowed, torch may trace another kernel)"
     return {**record, "dispatched": found, "found_by": how}

@@ -12,28 +12,11 @@ warm-up alone) are named by ``ROWS``.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
-
-import yaml
-
-from femlm.masking.config import MaskingConfig
+from femlm.experiment.arms import masking
 
 # Rows of a study's tables and figures that are no masking arm.
 ROWS = {"no_continual": "no continual pre-training", "warmup_only": "warm-up only", "warmup": "warm-up",
         "head_warmup": "head warm-up"}
-
-
-@cache
-def masking(arm: str) -> MaskingConfig | None:
-    """The arm's masking config as its YAML writes it (None: no such YAML, e.g. a baseline row)."""
-    from femlm import CONF_DIR
-
-    path = CONF_DIR / "masking" / f"{arm}.yaml"
-    if not path.is_file():
-        return None
-    data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
-    return MaskingConfig.from_dict(data)
 
 
 def label(arm: str) -> str:

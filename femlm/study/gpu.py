@@ -33,8 +33,6 @@ from femlm.study import gpu_configs as configs
 from femlm.study import gpu_data, gpu_gates, gpu_plan, gpu_windows
 from femlm.study.driver import summaries_step
 
-LIGHT = ("summary.json", "metrics.jsonl", "config.yaml", "run.json")
-
 
 def card_name() -> str:
     import torch
@@ -155,7 +153,7 @@ class Window:
         tmp = self.warm_dir.with_name("warmup.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "run").mkdir(parents=True)
-        for f in LIGHT:
+        for f in gpu_windows.LIGHT:
             shutil.copy2(run_dir / f, tmp / "run" / f)
         record = {"gate": gate, "baseline": base, "card": card_name(), "window": self.stamp,
                   "domain": composed.cfg.domain.name,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.experiment.costs import evaluations, train_examples
 from femlm.experiment.gpu_schema import Card, GpuStudy
 from femlm.study.gpu_configs import Composed
 from femlm.study.gpu_power import planned_n, side_alpha
@@ -101,11 +102,6 @@ class Runs:
         return flops_per_token(model_flops(self.arch, self.vocab), self.seq, self.ratio)
 
 
-def evaluations(steps: int, every: int) -> int:
-    """Held-out evaluations of a run: step 0, every `every` steps, and the last step."""
-    return 1 + steps // every + (steps % every != 0)
-
-
 def read_runs(warm: Composed, arms: dict[str, Composed], tasks: dict[str, Composed],
               counts: dict[str, int], counted: str) -> Runs:
     """The runs' shapes; refuses arms that are not at equal compute or do not cover one full cycle of K visits."""
@@ -128,7 +124,7 @@ def read_runs(warm: Composed, arms: dict[str, Composed], tasks: dict[str, Compos
         f"the arms make {one_copy:.2f} passes over their {train} training blocks ({counted}), fewer than one full "
         f"cycle of K = {cycle} visits (FE across passes differs from MLM only on a revisit): raise trainer.max_steps "
         "or sample fewer ACL documents (domain.max_documents)"]
-    ft = {t: (_examples(c.cfg), float(c.cfg.finetune.epochs or c.cfg.task.epochs), len(c.cfg.finetune.seeds))
+    ft = {t: (train_examples(c.cfg), float(c.cfg.finetune.epochs or c.cfg.task.epochs), len(c.cfg.finetune.seeds))
           for t, c in tasks.items()}
     return Runs(arch=dict(first.model.arch), vocab=int(first.model.vocab_size), seq=int(first.data.block_size),
                 rows=int(rows), ratio=float(first.masking.peak_ratio),
@@ -139,14 +135,6 @@ def read_runs(warm: Composed, arms: dict[str, Composed], tasks: dict[str, Compos
                 arm_eval_blocks=min(int(first.data.eval_blocks), counts["arms_validation_blocks"]),
                 arm_train_blocks=int(train), eval_rows=int(first.runtime.eval_batch_size or rows), passes=passes, cycle=cycle, finetune=ft, counted=counted,
                 problems=problems)
-
-
-def _examples(cfg: Any) -> int:
-    from femlm.data.registry import get_entry
-
-    full = int(get_entry(cfg.task.dataset).sizes.get("train", 0))
-    cap = cfg.finetune.max_train_examples
-    return min(full, cap) if cap else full
 
 
 # ---------------------------------------------------------------------------------------------- time

@@ -84,6 +84,10 @@ def check_pooling(out: Path, code: dict[str, Any], warmup_sha256: str | None) ->
                             "carried warm-up")
 
 
+# A run's light files (no checkpoints): what a kept seed and the kept warm-up carry of each run.
+LIGHT = ("summary.json", "metrics.jsonl", "config.yaml", "run.json")
+
+
 def write_seed(out: Path, seed: int, record: dict[str, Any], runs: dict[str, Path]) -> Path:
     """The seed's record and each run's light files (no checkpoints), written whole or not at all."""
     final = seed_dir(out, seed)
@@ -93,7 +97,7 @@ def write_seed(out: Path, seed: int, record: dict[str, Any], runs: dict[str, Pat
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for name, run_dir in runs.items():
-        for f in ("summary.json", "metrics.jsonl", "config.yaml", "run.json", "results.json"):
+        for f in (*LIGHT, "results.json"):  # results.json: a fine-tuning run's scores
             if (run_dir / f).is_file():
                 (tmp / name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run_dir / f, tmp / name / f)

@@ -256,7 +256,7 @@ def pretrain_section(plan: dict[str, Any], pre: dict[str, Any], readings: dict[s
 def fmt_ratio(r: dict[str, Any], c: Any = None) -> str:
     """A compute-to-target ratio: with its interval and the study's reading ``c`` (a Comparison), or, when runs
     never reached the target (censored), as the bound it is, without an interval and without a reading."""
-    from femlm.study.verdicts import fmt_value, says
+    from femlm.study.verdicts import UNDECIDED, fmt_value, says
 
     nr = r.get("not_reached") or {}
     seeds = f"{r.get('n', '?')} seeds"
@@ -266,7 +266,7 @@ def fmt_ratio(r: dict[str, Any], c: Any = None) -> str:
     if bound in ("lower", "upper"):
         sign, who = (">=", f"{nr.get('arm', '?')} arm runs") if bound == "lower" else ("<=", f"{nr.get('reference', '?')} MLM runs")
         return (f"{sign} {fmt(r.get('estimate'))} (a bound, no interval: {who} never reached the target; "
-                f"{seeds}): not decided")
+                f"{seeds}): {says(c) if c is not None else UNDECIDED}")
     value = fmt_value(c) if c is not None else fmt_ci(r)
     return f"{value} ({seeds}, {r.get('method') or 't'})" + (f": {says(c)}" if c is not None else "")
 

@@ -163,7 +163,7 @@ def adjust(comps: list[Comparison], plan: dict[str, Any], alpha: float = ALPHA) 
             else:
                 c.p_equivalence_adjusted = float(q)
     for c in comps:
-        read(c, alpha, sizes.get(c.family, 1), c.about_fe)
+        read(c, alpha, sizes.get(c.family, 1))
         if is_declared(c) and c.reading == UNDECIDED and not c.gated:
             c.seeds_needed, c.seeds_basis = seeds_to_decide(c, alpha / max(sizes[c.family], 1))
     return comps
@@ -177,9 +177,9 @@ def multiple(ps: np.ndarray, method: str) -> np.ndarray:
     return sps.false_discovery_control(ps, method="bh")
 
 
-def read(c: Comparison, alpha: float = ALPHA, m: int = 1, fe: bool = False) -> Comparison:
-    """The reading of one comparison (see the module doc); ``m``: its family's hypotheses; ``fe``: an FE arm
-    against the reference on an outcome (`about_fe`)."""
+def read(c: Comparison, alpha: float = ALPHA, m: int = 1) -> Comparison:
+    """The reading of one comparison (see the module doc); ``m``: its family's hypotheses. Only an FE arm against
+    the reference on an outcome (`about_fe`) reads favours / against FE."""
     side = c.side()
     rule = "Holm" if is_declared(c) else "Benjamini-Hochberg"
     equivalent = (c.delta is not None and c.p_equivalence_adjusted is not None and c.p_equivalence_adjusted < alpha)
@@ -207,7 +207,7 @@ def read(c: Comparison, alpha: float = ALPHA, m: int = 1, fe: bool = False) -> C
         why = ("" if decided else f"the interval excludes {c.null:g} but the {rule}-adjusted p "
                f"{fmt_p(c.p_adjusted)} is not below {alpha:g}")
     if decided:
-        c.reading = (FAVOURS if side == c.better else AGAINST) if fe else side
+        c.reading = (FAVOURS if side == c.better else AGAINST) if c.about_fe else side
         c.why = f"{side} than {c.null:g}" + (f"; also {within}" if equivalent else "")
     elif equivalent:
         c.reading, c.why = within, (f"TOST {rule}-adjusted p {fmt_p(c.p_equivalence_adjusted)} below {alpha:g}: "

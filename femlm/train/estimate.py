@@ -80,7 +80,7 @@ def step_version() -> int:
     from femlm.runtime.config import RuntimeConfig
 
     names = {f.name for f in fields(RuntimeConfig)}
-    return 3 if "tf32" in names else 2 if {"sdpa_backend", "prefetch"} <= names else 1
+    return STEP_VERSION if "tf32" in names else 2 if {"sdpa_backend", "prefetch"} <= names else 1
 
 
 def device_peak(device: torch.device, override: float | None = None) -> tuple[float | None, str]:

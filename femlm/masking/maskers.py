@@ -51,30 +51,69 @@ def apply_replacement(
     ``random_replace_prob``), or wholly kept.
 
     Labels hold the original id at every selected position (also the kept ones) and -100 elsewhere.
+    The draws (`replacement_draws`) and their use (`replace_from_draws`) are apart so that FE across passes
+    (femlm.masking.passes) can draw row by row, each row with its own generator, and replace the batch at once.
     """
-    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
-    inputs = input_ids.clone()
-    shape, dev = input_ids.shape, generator.device
+    draws = empty_draws(input_ids.shape, per_span, generator.device)
+    probs = None if per_span else replacement_probs(input_ids.shape, mask_replace_prob, random_replace_prob,
+                                                    generator.device)
+    replacement_draws(draws, probs, vocab_size, generator, per_span)
+    draws = tuple(d.to(input_ids.device) for d in draws)
+    return replace_from_draws(input_ids, selected, draws, mask_token_id, mask_replace_prob, random_replace_prob,
+                              per_span)
+
+
+def replacement_probs(shape: Any, mask_replace_prob: float, random_replace_prob: float,
+                      device: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The per-token law's Bernoulli probabilities over `shape`: [MASK], then random ids among the rest (None when
+    the law draws no random ids, as HF skips them)."""
+    p_mask = torch.full(shape, float(mask_replace_prob), device=device)
+    if mask_replace_prob >= 1.0 or random_replace_prob <= 0.0:
+        return p_mask, None
+    return p_mask, torch.full(shape, min(1.0, random_replace_prob / (1.0 - mask_replace_prob)), device=device)
+
+
+def empty_draws(shape: Any, per_span: bool, device: Any = None) -> tuple[torch.Tensor, ...]:
+    """Tensors for `replacement_draws`: per span (uniform draws, random ids), per token ([MASK] draws,
+    random-position draws, random ids)."""
+    ids = torch.zeros(shape, dtype=torch.long, device=device)
     if per_span:
-        draw = torch.rand(shape, generator=generator, dtype=torch.float64, device=dev).to(input_ids.device)
-        words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
+        return torch.empty(shape, dtype=torch.float64, device=device), ids
+    return torch.empty(shape, device=device), torch.zeros(shape, device=device), ids
+
+
+def replacement_draws(out: tuple[torch.Tensor, ...], probs: tuple[torch.Tensor, torch.Tensor | None] | None,
+                      vocab_size: int, generator: torch.Generator, per_span: bool = False) -> None:
+    """Fill `out` (from `empty_draws`, or rows of it) with the 80/10/10 draws of one generator, in HF's order;
+    `probs`: `replacement_probs` of `out`'s shape (unused per span)."""
+    if per_span:
+        draw, words = out
+        torch.rand(draw.shape, generator=generator, dtype=torch.float64, out=draw)
+        torch.randint(vocab_size, words.shape, generator=generator, out=words)
+        return
+    assert probs is not None, "the per-token law needs its probabilities (replacement_probs)"
+    (replaced, random_pos, words), (p_mask, p_random) = out, probs
+    torch.bernoulli(p_mask, generator=generator, out=replaced)
+    if p_random is not None:
+        torch.bernoulli(p_random, generator=generator, out=random_pos)
+        torch.randint(vocab_size, words.shape, generator=generator, out=words)
+
+
+def replace_from_draws(input_ids: torch.Tensor, selected: torch.Tensor, draws: tuple[torch.Tensor, ...],
+                       mask_token_id: int, mask_replace_prob: float, random_replace_prob: float,
+                       per_span: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, labels)`` from the draws of `replacement_draws` (on `input_ids`' device)."""
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    if per_span:
+        draw, words = draws
         draw = draw.gather(-1, span_starts(selected))  # the draw at the run's first token decides the run
         to_mask = selected & (draw < mask_replace_prob)
         to_random = selected & ~to_mask & (draw < mask_replace_prob + random_replace_prob)
-        inputs[to_mask] = mask_token_id
-        inputs[to_random] = words.to(input_ids.device)[to_random]
-        return inputs, labels
-    replaced = torch.bernoulli(torch.full(shape, float(mask_replace_prob), device=dev), generator=generator)
-    replaced = replaced.bool().to(input_ids.device) & selected
-    inputs[replaced] = mask_token_id
-    if mask_replace_prob >= 1.0 or random_replace_prob <= 0.0:
-        return inputs, labels
-    scaled = min(1.0, random_replace_prob / (1.0 - mask_replace_prob))
-    rand_pos = torch.bernoulli(torch.full(shape, scaled, device=dev), generator=generator)
-    rand_pos = rand_pos.bool().to(input_ids.device) & selected & ~replaced
-    words = torch.randint(vocab_size, shape, dtype=torch.long, generator=generator, device=dev)
-    inputs[rand_pos] = words.to(input_ids.device)[rand_pos]
-    return inputs, labels
+    else:
+        replaced, random_pos, words = draws
+        to_mask = replaced.bool() & selected
+        to_random = random_pos.bool() & selected & ~to_mask  # all False when no random ids were drawn
+    return torch.where(to_random, words, input_ids.masked_fill(to_mask, mask_token_id)), labels
 
 
 def span_starts(selected: torch.Tensor) -> torch.Tensor:

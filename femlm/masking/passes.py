@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from .config import PASSES, MaskingError
-from .maskers import IGNORE_INDEX, span_starts
+from .maskers import empty_draws, replace_from_draws, replacement_draws, replacement_probs
 from .sampling import mask_budget, mix_seeds, numpy_rng
 from .spans import batch_words, draw_rows
 from .wholeword import sample_whole_words
@@ -197,34 +197,16 @@ def _selection(masker: Any, input_ids: torch.Tensor, valid: torch.Tensor, tau: t
 
 def _replace(masker: Any, input_ids: torch.Tensor, selected: torch.Tensor,
              seeds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``femlm.masking.maskers.apply_replacement`` of every row with its own generator (``seeds[b]``): the per-row
-    draws in its shapes and order, the replacement itself for the whole batch."""
+    """``femlm.masking.maskers.apply_replacement`` of every row with its own generator (``seeds[b]``): each row's
+    draws in their shapes and order, the replacement itself for the whole batch."""
     cfg, gen = masker.cfg, torch.Generator()
+    per_span = cfg.replacement == "span"
     ids, sel = input_ids.cpu(), selected.cpu()
-    labels = ids.masked_fill(~sel, IGNORE_INDEX)
-    words = torch.zeros_like(ids)
-    rows = list(zip(words.split(1), seeds, strict=True))
-    if cfg.replacement == "span":  # one draw per run of selected tokens, read at the run's first token
-        draw = torch.empty(ids.shape, dtype=torch.float64)
-        for (row_words, row_seed), row_draw in zip(rows, draw.split(1), strict=True):
-            torch.rand(row_draw.shape, generator=gen.manual_seed(row_seed), dtype=torch.float64, out=row_draw)
-            torch.randint(masker.vocab_size, row_words.shape, generator=gen, out=row_words)
-        draw = draw.gather(-1, span_starts(sel))
-        to_mask = sel & (draw < cfg.mask_replace_prob)
-        to_random = sel & ~to_mask & (draw < cfg.mask_replace_prob + cfg.random_replace_prob)
-    else:  # per token: bernoulli(mask), then bernoulli(random among the rest) and the random ids, if any
-        random_too = cfg.mask_replace_prob < 1.0 and cfg.random_replace_prob > 0.0
-        p_mask = torch.full((1, ids.shape[1]), float(cfg.mask_replace_prob))
-        replaced, random_pos = torch.empty(ids.shape), torch.zeros(ids.shape)
-        if random_too:
-            p_random = torch.full_like(p_mask, min(1.0, cfg.random_replace_prob / (1.0 - cfg.mask_replace_prob)))
-        for (row_words, row_seed), row_mask, row_random in zip(rows, replaced.split(1), random_pos.split(1),
-                                                                strict=True):
-            torch.bernoulli(p_mask, generator=gen.manual_seed(row_seed), out=row_mask)
-            if random_too:
-                torch.bernoulli(p_random, generator=gen, out=row_random)
-                torch.randint(masker.vocab_size, row_words.shape, generator=gen, out=row_words)
-        to_mask = replaced.bool() & sel
-        to_random = random_pos.bool() & sel & ~to_mask
-    inputs = torch.where(to_random, words, ids.masked_fill(to_mask, masker.mask_token_id))
+    draws = empty_draws(ids.shape, per_span)
+    probs = None if per_span else replacement_probs((1, ids.shape[1]), cfg.mask_replace_prob,
+                                                    cfg.random_replace_prob)  # one row's
+    for row, row_seed in zip(zip(*(d.split(1) for d in draws), strict=True), seeds, strict=True):
+        replacement_draws(row, probs, masker.vocab_size, gen.manual_seed(row_seed), per_span)
+    inputs, labels = replace_from_draws(ids, sel, draws, masker.mask_token_id, cfg.mask_replace_prob,
+                                        cfg.random_replace_prob, per_span)
     return inputs.to(input_ids.device), labels.to(input_ids.device)

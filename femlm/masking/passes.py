@@ -53,7 +53,7 @@ import torch
 
 from .config import PASSES, MaskingError
 from .maskers import empty_draws, replace_from_draws, replacement_draws, replacement_probs
-from .sampling import mask_budget, mix_seeds, numpy_rng
+from .sampling import mask_budget, mix_seeds, numpy_rng, ranks_from_keys
 from .spans import batch_words, draw_rows
 from .wholeword import sample_whole_words
 from .words import word_ids_from_starts
@@ -168,8 +168,7 @@ def _selection(masker: Any, input_ids: torch.Tensor, valid: torch.Tensor, tau: t
         rank_keys = torch.empty(valid.shape, dtype=torch.float64)
         for row, row_seed in zip(rank_keys.split(1), seeds, strict=True):
             torch.rand(row.shape, generator=gen.manual_seed(row_seed), dtype=torch.float64, out=row)
-        order = rank_keys.masked_fill_(~valid_cpu, 2.0).argsort(dim=-1)
-        ranks = torch.empty_like(order).scatter_(-1, order, torch.arange(order.shape[1]).expand_as(order))
+        ranks = ranks_from_keys(rank_keys, valid_cpu)
         width = (valid_cpu.sum(dim=1) // k_all).clamp(min=1)  # >= 1: a short row (n < K) masks rank k at visit k < n
         first = (slot * width)[:, None]
         return ((ranks >= first) & (ranks < first + tau[:, None]) & valid_cpu).to(valid.device)

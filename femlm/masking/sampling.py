@@ -99,12 +99,15 @@ def random_ranks(valid: torch.Tensor, generator: torch.Generator) -> torch.Tenso
     Works on any leading shape; ranks are along the last dimension.
     """
     keys = torch.rand(valid.shape, generator=generator, dtype=torch.float64, device=generator.device)
-    keys = keys.to(valid.device).masked_fill_(~valid, 2.0)
-    order = keys.argsort(dim=-1)
-    ranks = torch.empty_like(order)
+    return ranks_from_keys(keys.to(valid.device), valid)
+
+
+def ranks_from_keys(keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """`random_ranks` from its float64 keys (overwritten: invalid positions set to 2); FE across passes draws
+    each row's keys from the row's own generator and ranks the batch here at once."""
+    order = keys.masked_fill_(~valid, 2.0).argsort(dim=-1)
     positions = torch.arange(valid.shape[-1], device=valid.device).expand_as(order)
-    ranks.scatter_(-1, order, positions)
-    return ranks
+    return torch.empty_like(order).scatter_(-1, order, positions)
 
 
 def select_subword_exact(

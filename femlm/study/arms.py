@@ -12,11 +12,18 @@ warm-up alone) are named by ``ROWS``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from femlm.experiment.arms import masking
 
 # Rows of a study's tables and figures that are no masking arm.
 ROWS = {"no_continual": "no continual pre-training", "warmup_only": "warm-up only", "warmup": "warm-up",
         "head_warmup": "head warm-up"}
+
+
+def order(plan: dict[str, Any]) -> list[str]:
+    """The rows of a study's downstream tables and figures, in order: the two baseline rows, then its arms."""
+    return ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
 
 
 def label(arm: str) -> str:

@@ -92,8 +92,6 @@ def passes_rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
 
 def with_readings(rows: list[dict[str, Any]], comps: list[Any]) -> list[dict[str, Any]]:
     """passes_rows' rows with the study's reading of each (its ``passes/<run>/K<k>`` comparison)."""
-    from femlm.study.verdicts import says
+    from femlm.study.readings import with_readings as read_rows
 
-    by_key = {c.key: c for c in comps}
-    return [{**r, "reading": says(by_key[k]) if (k := f"passes/{r['run']}/K{r['K']}") in by_key else ""}
-            for r in rows]
+    return read_rows(rows, comps, "passes")

@@ -57,15 +57,9 @@ def ratio_rows(dec: dict[str, Any], comps: list[Any] | None = None) -> list[dict
 def with_readings(rows: list[dict[str, Any]], comps: list[Any]) -> list[dict[str, Any]]:
     """The rows with the study's reading of each K (key ``variance_ratio/<run>/K<k>``) and no other verdict (an
     older study.json's rows carried the analysis' own)."""
-    from femlm.study.verdicts import says
+    from femlm.study.readings import with_readings as read_rows
 
-    by_key = {c.key: c for c in comps}
-    out = []
-    for r in rows:
-        c = by_key.get(f"variance_ratio/{r['run']}/K{r['K']}")
-        out.append({**{k: v for k, v in r.items() if k not in ("verdict", "reading")},
-                    "reading": says(c) if c is not None else ""})
-    return out
+    return read_rows(rows, comps, "variance_ratio")
 
 
 def write_ratio_csv(path: Path, rows: list[dict[str, Any]]) -> Path:

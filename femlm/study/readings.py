@@ -188,3 +188,15 @@ def from_row(r: dict[str, str]) -> Comparison:
     c.p_equivalence_adjusted = num(r.get("p_equivalence_adjusted"))
     c.seeds_needed, c.seeds_basis = num(r.get("seeds_needed")), r.get("seeds_basis", "")
     return c
+
+
+def with_readings(rows: list[dict[str, Any]], comps: list[Any], kind: str) -> list[dict[str, Any]]:
+    """Rows (a ``run`` and a ``K`` each) with the study's reading of their key ``<kind>/<run>/K<k>`` ("" when the
+    study has no such comparison) and no other verdict (an older study.json's rows carried the analysis' own)."""
+    by_key = {c.key: c for c in comps}
+    out = []
+    for r in rows:
+        c = by_key.get(f"{kind}/{r['run']}/K{r['K']}")
+        out.append({**{k: v for k, v in r.items() if k not in ("verdict", "reading")},
+                    "reading": says(c) if c is not None else ""})
+    return out

@@ -22,6 +22,7 @@ from typing import Any
 
 from femlm.errors import UserError
 from femlm.outputs import CRLF, write_csv
+from femlm.study import arms
 from femlm.study.evidence import run_gates
 from femlm.study.figures import bands_from_csv, null_figure, plot_curves, plot_downstream
 from femlm.study.passes import passes_rows, with_readings
@@ -169,7 +170,7 @@ def redraw(plan: dict[str, Any], out: Path, study: dict[str, Any]) -> list[dict[
                                      f"held-out MLM loss vs training compute, {MODE_LABEL[mode]}"))
     down = study.get("downstream") or {}
     if down:
-        order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+        order = arms.order(plan)
         drawn.append(plot_downstream(down, out / "downstream.png", order))
     return drawn
 
@@ -259,7 +260,7 @@ def regenerate(plan: dict[str, Any], out: Path) -> Path:
     if down:
         i = text.find("## 4.")
         intro_end = text.find("\n### ", i)
-        order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+        order = arms.order(plan)
         text = text[:intro_end + 1] + _replace(text[intro_end + 1:], "### ", "## Files",
                                                downstream_section(down, order, readings))
     for key, d in dec.items():

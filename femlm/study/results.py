@@ -20,6 +20,7 @@ import numpy as np
 
 from femlm.outputs import CRLF, finite, write_csv
 from femlm.runs import cpu_model, environment_under
+from femlm.study import arms
 from femlm.study.collect import arms_read, collect, part_walls
 from femlm.study.compare import analyse_downstream, analyse_pretraining
 from femlm.study.evidence import null_sequences, pool_size, run_gates
@@ -46,7 +47,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
     comps = adjust(study_comparisons(plan, data["decomposition"], pre, down, pass_rows, reads, params), plan)
     readings = {c.key: c for c in comps}
     write_csv(out / "comparisons.csv", comparison_table(comps), line_end=CRLF)
-    order = ["no_continual", "warmup_only", *(plan.get("pretrain") or {}).get("arms", [])]
+    order = arms.order(plan)
     for mode, res in pre.items():
         if "bands" in res:
             plot_curves(mode, res, out / f"loss_vs_flops_{mode}.png",
@@ -79,8 +80,9 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
             if (Path(d["dir"]) / name).is_file():
                 stem, ext = name.rsplit(".", 1)
                 shutil.copy2(Path(d["dir"]) / name, out / f"{stem}_{where}.{ext}")
+    pass_read = with_readings(pass_rows, comps)
     if pass_rows:
-        write_ratio_csv(out / "passes_ratios.csv", with_readings(pass_rows, comps))
+        write_ratio_csv(out / "passes_ratios.csv", pass_read)
     dec_rows = ratio_rows(data["decomposition"], comps)
     if dec_rows:
         write_ratio_csv(out / "decomposition_terms.csv", dec_rows)
@@ -93,7 +95,7 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
              "decomposition_terms": {k: (v.get("json") or {}).get("terms") for k, v in data["decomposition"].items()},
              "null_model": {k: (v.get("json") or {}).get("null_model", {}).get("summary")
                             for k, v in data["decomposition"].items()},
-             "gates": gates, "passes": with_readings(pass_rows, comps), "arms_read": reads,
+             "gates": gates, "passes": pass_read, "arms_read": reads,
              "decomposition_settings": {k: recorded(v) for k, v in data["decomposition"].items() if v.get("json")},
              "pool_sequences": {k: pool_size(v["json"]) for k, v in data["decomposition"].items() if v.get("json")},
              "null_sequences": {k: null_sequences(v["json"]) for k, v in data["decomposition"].items()

@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 # machines pip takes it from a CPU wheel on local disk, but on an ordinary Linux machine PyPI's torch==2.13.0 is the
 # CUDA build (gigabytes of nvidia-* wheels). A CPU-only machine sets
 #   TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
-# (PyTorch's CPU wheel index); a GPU box sets the CUDA build it wants (or "torch").
+# (PyTorch's CPU wheel index); a GPU box sets the CUDA build it wants (or "torch"). A version range needs inner
+# quotes, or the shell reads `>` as a redirect: TORCH_SPEC="'torch>=2.11'".
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.femlm-installed
 # The data mirror beside the clone, when there is one (an absent mirror must not be named: tests then skip).

@@ -236,7 +236,7 @@ class Runner:
             if missing:
                 raise UserError(f"step '{step.name}' needs {', '.join(missing)}, which an earlier step should have "
                                 "written; run the experiment again from the start (finished steps are kept)")
-            sized = any(s.estimate_s for s in steps)  # a plan without unit costs (tiny, the paper's) says no times
+            sized = any(s.estimate_s for s in steps)  # a plan without unit costs (the paper's; a CPU class tiny has none for) says no times
             self.log(f"{head}: start ({f'planned {fmt_s(step.estimate_s)}; ' if sized else ''}"
                      f"{fmt_s(time.time() - self.start)} elapsed"
                      + (f", ~{fmt_s(self.remaining(steps))} to go)" if sized else ")"))

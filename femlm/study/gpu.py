@@ -112,8 +112,7 @@ class Window:
 
     # ------------------------------------------------------------------------------------------ warm-up
     def warmup_info(self) -> dict[str, Any]:
-        path = self.warm_dir / "warmup.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return gpu_windows.warmup_record(self.out)
 
     def carried(self) -> str:
         """The carried checkpoint's sha256, checked against the one its warm-up recorded."""
@@ -135,7 +134,7 @@ class Window:
         self.plan.refuse()
         info = self.warmup_info()
         if info:
-            if not info["gate"]["passed"]:
+            if not info["passed"]:
                 return "the warm-up failed its gate in an earlier window: the study stopped (no arms)"
             return f"carried warm-up {self.carried()[:12]} (gate passed: {info['gate']['below_baseline']:.3f} nats " \
                    "below the context-free baseline)"

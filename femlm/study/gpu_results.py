@@ -85,7 +85,7 @@ def write_results(exp: Experiment, plan: Plan, out: Path, window: dict[str, Any]
             fh.write(json.dumps(window) + "\n")
     recs = gpu_windows.records(out)
     done, bad = gpu_windows.complete(recs), gpu_windows.failed(recs)
-    warm = _read(out / "warmup" / "warmup.json")
+    warm = gpu_windows.warmup_record(out)
     at_n = bool(warm.get("passed")) and not bad and len(done) >= plan.n
     used = done[:plan.n] if at_n else []
     comps, down = analysis(exp, out, used) if at_n else ([], {})
@@ -130,7 +130,7 @@ def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any],
     if study["seeds_failed"]:
         status = (f"**Not decided: the study stopped** at seed {study['seeds_failed'][0]['seed']} (an arm failed its "
                   f"gate: {g.gates.on_arm_fail}); {k} of {n} seeds complete.")
-    elif warm and not warm["gate"]["passed"]:
+    elif warm and not warm["passed"]:
         status = f"**Not decided: the study stopped** at the warm-up's gate ({g.gates.on_warmup_fail})."
     elif not study["decided_at_n"]:
         status = (f"**{k} of {n} seeds.** The declared analysis runs once, at {n} complete seeds; until then "
@@ -167,7 +167,7 @@ def readme(exp: Experiment, plan: Plan, study: dict[str, Any], comps: list[Any],
     if study["decided_at_n"]:
         lines += verdict_lines(comps, exp.raw)
         lines += downstream_lines(study["downstream"] or {})
-    elif not study["seeds_failed"] and not (warm and not warm["gate"]["passed"]):
+    elif not study["seeds_failed"] and not (warm and not warm["passed"]):
         lines += next_window(bool(warm))
     lines += ["## What this scale lacks next to the paper's", "", rep.caveat or "", "",
               "Files: study.json, seeds/seed_NNN/ (seed.json and each run's summary, metrics, config and run.json), "

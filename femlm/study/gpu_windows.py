@@ -25,6 +25,7 @@ from statistics import stdev
 from typing import Any
 
 from femlm.errors import UserError
+from femlm.study.collect import read_json
 
 CODE = ("femlm/train", "femlm/masking", "femlm/models", "femlm/runtime", "femlm/data/tokens.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -126,8 +127,12 @@ def paired_sds(recs: list[dict[str, Any]], reference: str, arms: list[str]) -> d
 
 
 def revision(out: Path) -> dict[str, Any] | None:
-    path = out / "revision.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(out / "revision.json")
+
+
+def warmup_record(out: Path) -> dict[str, Any]:
+    """The kept warm-up's record (`warmup/warmup.json`: its gate, `passed`, the checkpoint's sha256); {} before one."""
+    return read_json(out / "warmup" / "warmup.json") or {}
 
 
 def maybe_revise(out: Path, g: Any, reference: str, arms: list[str], deltas: list[float], window: str) -> str | None:

@@ -84,9 +84,8 @@ class Power:
 @dataclass
 class Revision:
     """The internal pilot: N revised at most once, only upward, from the paired differences' standard deviation
-    after the first window (the variance, never the effect)."""
+    after the first window that ends with `min_seeds` complete seeds (the variance, never the effect)."""
 
-    after_window: int = 1
     min_seeds: int = 5  # complete seeds the revision needs (fewer: N stays as declared)
     rule: str = ""
 

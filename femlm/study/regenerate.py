@@ -32,7 +32,7 @@ from femlm.study.readings import rows as comparison_table
 from femlm.study.readings import verdict_lines
 from femlm.study.readme import INTRO, _files, across_section, drop_missing_figures, sizing_sentence
 from femlm.study.sections import decomposition_section, downstream_section, pretrain_section
-from femlm.study.tables import comparison_rows, csv_table, downstream_rows
+from femlm.study.tables import comparison_rows, downstream_rows
 from femlm.study.text import MODE_LABEL
 from femlm.study.verdicts import adjust, strip_readings, study_comparisons
 
@@ -81,23 +81,13 @@ def rewrite_markdown(study: dict[str, Any], key: str, j: dict[str, Any], out: Pa
     """decomposition_<key>.md rewritten by today's analysis writer (femlm.analysis.decomposition_text) from
     study.json and the run's own CSV tables beside it: the headings, gates and unit rules of today, and the study's
     reading of each K (``readings``: femlm.study.verdicts' comparisons by key)."""
-    from femlm.analysis.decomposition_text import decomposition_markdown
-    from femlm.study.verdicts import says
+    from femlm.study.results import decomposition_page
 
-    table, null = out / f"decomposition_{key}.csv", out / f"null_model_{key}.csv"
-    if not table.is_file() or not null.is_file():
-        return None
     s = study["decomposition_settings"][key]
     summary = {**j, "gates": run_gates(j), "settings": {**j["settings"]},
                "null_model": {**j["null_model"], "settings": {**j["null_model"]["settings"],
                                                               "bootstrap": s.get("bootstrap")}}}
-    per_k = {str(k): says(readings[c]) for k in j["verdicts"] if (c := f"variance_ratio/{key}/K{k}") in (readings or {})}
-    text = decomposition_markdown(summary, csv_table(table), csv_table(null), s.get("title", key), per_k)
-    if s.get("interval_method") and s["interval_method"] != "expanded percentile bootstrap":
-        text = text.replace("expanded percentile bootstrap", s["interval_method"])  # what the run computed
-    path = out / f"decomposition_{key}.md"
-    path.write_text(text)
-    return path
+    return decomposition_page(summary, key, out, readings, s.get("title", key), s.get("interval_method"))
 
 
 def _replace(text: str, start: str, stop: str, new: list[str]) -> str:

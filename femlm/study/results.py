@@ -112,6 +112,14 @@ def write_results(plan: dict[str, Any], steps: list[Step], runs: Path, out: Path
 def study_markdown(j: dict[str, Any], where: str, out: Path, readings: dict[str, Any], title: str) -> Path | None:
     """decomposition_<where>.md: the analysis' own page, from its CSV tables beside it, with the study's reading of
     each K (femlm.study.verdicts) in place of the run's description of its interval."""
+    return decomposition_page({**j, "gates": run_gates(j)}, where, out, readings, title)
+
+
+def decomposition_page(summary: dict[str, Any], where: str, out: Path, readings: dict[str, Any] | None, title: str,
+                       interval_method: str | None = None) -> Path | None:
+    """Write decomposition_<where>.md (femlm.analysis.decomposition_text) from `summary` (the analysis' JSON with
+    its gates) and the CSV tables beside it, each K read as the study reads it; None when the tables are missing.
+    `interval_method`: what the run computed, when not today's expanded percentile bootstrap."""
     from femlm.analysis.decomposition_text import decomposition_markdown
     from femlm.study.tables import csv_table
     from femlm.study.verdicts import says
@@ -119,10 +127,13 @@ def study_markdown(j: dict[str, Any], where: str, out: Path, readings: dict[str,
     table, null = out / f"decomposition_{where}.csv", out / f"null_model_{where}.csv"
     if not table.is_file() or not null.is_file():
         return None
-    per_k = {str(k): says(readings[key]) for k in j["verdicts"] if (key := f"variance_ratio/{where}/K{k}") in readings}
-    summary = {**j, "gates": run_gates(j)}
+    per_k = {str(k): says(readings[key]) for k in summary["verdicts"]
+             if (key := f"variance_ratio/{where}/K{k}") in (readings or {})}
+    text = decomposition_markdown(summary, csv_table(table), csv_table(null), title, per_k)
+    if interval_method and interval_method != "expanded percentile bootstrap":
+        text = text.replace("expanded percentile bootstrap", interval_method)
     path = out / f"decomposition_{where}.md"
-    path.write_text(decomposition_markdown(summary, csv_table(table), csv_table(null), title, per_k))
+    path.write_text(text)
     return path
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from femlm.paper import CONTINUAL_CS_TOKENS_PER_ARM
 from femlm.study import arms
-from femlm.study.readings import fe_vs_mlm, from_row, grouped, p_cell, row_cells, summary_lines
-from femlm.study.verdicts import FAMILY_NAME, Comparison, is_declared, says
+from femlm.study.readings import fe_vs_mlm, from_row, summary_lines, table
+from femlm.study.verdicts import FAMILY_NAME, Comparison, is_declared
 
 BEGIN, END = "<!-- evidence:begin -->", "<!-- evidence:end -->"
 
@@ -96,14 +96,9 @@ def study_lines(folder: Path, root: Path) -> list[str]:
     comps = read_comparisons(folder)
     rel = folder.relative_to(root)
     lines = [f"**[{title_of(folder)}]({rel}/README.md)**: {scale(_study(folder))}; {family_line(comps)}.", "",
-             f"_{fe_vs_mlm(comps)}_", "",
-             "| comparison | estimate [95% CI] | Holm p | reading | notes |", "|---|---|---|---|---|"]
-    for group in grouped([c for c in comps if is_declared(c)]):
-        c = group[0]
-        name, value = row_cells(group)  # several K of one estimate: printed once
-        lines.append(f"| {name} | {value} | {', '.join(dict.fromkeys(p_cell(g, True) for g in group))} | {says(c)} | "
-                     f"{notes_cell(group)} |")
-    return lines + [""]
+             f"_{fe_vs_mlm(comps)}_", ""]
+    declared = [c for c in comps if is_declared(c)]
+    return lines + table(declared, raw_p=False, adjusted="Holm p", note=notes_cell) + [""]
 
 
 def write_headlines(readme: Path, root: Path) -> bool:

@@ -57,16 +57,18 @@ def row_cells(group: list[Comparison]) -> tuple[str, str]:
             + "; ".join(f"K={g.key.rsplit('/K', 1)[-1]}: {fmt_value(g)}" for g in group))
 
 
-def table(comps: list[Comparison], raw_p: bool = True) -> list[str]:
-    """One row per comparison; comparisons sharing one estimate (``group``) and one reading in one row."""
-    head = "| comparison | estimate [95% CI] |" + (" p |" if raw_p else "") + " adjusted p | reading | notes |"
+def table(comps: list[Comparison], raw_p: bool = True, adjusted: str = "adjusted p",
+          note: Any = None) -> list[str]:
+    """One row per comparison; comparisons sharing one estimate (``group``) and one reading in one row.
+    ``adjusted``: the adjusted p column's header; ``note``: the notes cell of a group (default `notes`)."""
+    head = "| comparison | estimate [95% CI] |" + (" p |" if raw_p else "") + f" {adjusted} | reading | notes |"
     lines = [head, "|---|---|" + ("---|" if raw_p else "") + "---|---|---|"]
     for group in grouped(comps):
         c = group[0]
         name, value = row_cells(group)
         ps, qs = (", ".join(dict.fromkeys(p_cell(g, adj) for g in group)) for adj in (False, True))
         lines.append(f"| {name} | {value} |" + (f" {ps} |" if raw_p else "") + f" {qs} | {says(c)} | "
-                     f"{notes(c, group[1:])} |")
+                     f"{note(group) if note else notes(c, group[1:])} |")
     return lines
 
 
